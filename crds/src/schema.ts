@@ -1,0 +1,200 @@
+import { z } from 'zod';
+import { API_VERSION, ENDPOINT_ID_PREFIX, KIND } from './constants.ts';
+import { ENDPOINT_ID_MAX_LENGTH, ENDPOINT_ID_PATTERN } from './id.ts';
+
+// The one source of the DedicatedEndpoint schema. `.meta()` keys starting with `x-kubernetes-` pass
+// through to the generated CRD (see crd.ts); zod checks mirror the CEL rules so the API refuses the
+// same input the API server would.
+
+/** Hub ids: `name` or `org/name`, the characters the Hugging Face hub allows. */
+const HUB_MODEL_ID = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)?$/;
+const RFC3339 = z.iso.datetime({ offset: true });
+
+export const SecretKeyRefSchema = z.object({
+  name: z.string().min(1).max(253).describe('Name of a Secret in the endpoint namespace'),
+  key: z.string().min(1).max(253).default('token').describe('Key in the Secret holding the hub token'),
+});
+
+export const ModelSpecSchema = z.object({
+  id: z
+    .string()
+    .max(200)
+    .regex(HUB_MODEL_ID, 'model.id must be a hub id like "org/name"')
+    .describe('Model hub id, e.g. "Qwen/Qwen2.5-7B-Instruct"; also the served model name'),
+  revision: z.string().min(1).max(255).default('main').describe('Hub branch, tag or commit'),
+  hubTokenSecretRef: SecretKeyRefSchema.optional().describe('Hub token for gated or private models'),
+  maxModelLen: z.int().min(1).max(10_000_000).optional().describe('Context length passed as --max-model-len'),
+});
+
+export const HardwareSpecSchema = z.object({
+  gpuType: z.string().min(1).max(63).describe('Instance type id from the hardware catalog'),
+  gpuCount: z.int().min(1).max(64).describe('GPUs per replica; also the tensor-parallel size'),
+});
+
+export const AuthModeSchema = z.enum(['Public', 'Private']);
+export type AuthMode = z.infer<typeof AuthModeSchema>;
+
+export const ScalingSpecSchema = z
+  .object({
+    minReplicas: z.int().min(0).max(100).default(0).describe('0 allows scale-to-zero (hibernation)'),
+    maxReplicas: z.int().min(1).max(100).default(1),
+    idleTimeoutSeconds: z
+      .int()
+      .min(15) // above the API's 10 s in-flight activity refresh, so a request in flight is never "idle"
+      .max(30 * 24 * 3600)
+      .default(900)
+      .describe('Hibernate after this long without traffic (only when minReplicas is 0)'),
+  })
+  .refine((s) => s.minReplicas <= s.maxReplicas, {
+    path: ['minReplicas'],
+    message: 'scaling.minReplicas must be less than or equal to scaling.maxReplicas',
+  })
+  .meta({
+    'x-kubernetes-validations': [
+      {
+        rule: 'self.minReplicas <= self.maxReplicas',
+        message: 'spec.scaling.minReplicas must be less than or equal to spec.scaling.maxReplicas',
+        fieldPath: '.minReplicas',
+        reason: 'FieldValueInvalid',
+      },
+    ],
+  });
+
+export const EnvVarSchema = z.object({
+  name: z.string().regex(/^[-._a-zA-Z][-._a-zA-Z0-9]*$/, 'env names are letters, digits, "-", "." and "_"'),
+  value: z.string().max(32_768),
+});
+
+export const EngineSpecSchema = z.object({
+  image: z
+    .string()
+    .min(1)
+    .max(512)
+    .optional()
+    .describe('Engine image; defaults to the operator-configured vLLM image'),
+  args: z.array(z.string().max(4096)).max(64).optional().describe('Extra arguments appended to `vllm serve`'),
+  env: z.array(EnvVarSchema).max(64).optional().describe('Extra environment variables'),
+  podAnnotations: z
+    .record(z.string().max(253), z.string().max(4096))
+    .optional()
+    .describe('Annotations copied onto the engine pods (e.g. simulator behaviour hooks)'),
+});
+
+export const DedicatedEndpointSpecSchema = z.object({
+  account: z
+    .string()
+    .min(1)
+    .max(253)
+    .describe('Owning account id')
+    .meta({
+      'x-kubernetes-validations': [{ rule: 'self == oldSelf', message: 'spec.account is immutable' }],
+    }),
+  model: ModelSpecSchema,
+  hardware: HardwareSpecSchema,
+  authMode: AuthModeSchema.default('Private').describe('Public endpoints need no API key'),
+  scaling: ScalingSpecSchema.default({ minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900 }),
+  engine: EngineSpecSchema.optional(),
+});
+
+export const PhaseSchema = z.enum(['building', 'up', 'hibernated', 'waking', 'failed']);
+export type Phase = z.infer<typeof PhaseSchema>;
+export const PHASES = PhaseSchema.options;
+
+/** Dashboard label of each phase (spec/interface.md §3). */
+export const PHASE_LABELS = {
+  building: 'PROVISIONING',
+  up: 'ONLINE',
+  hibernated: 'SLEEPING',
+  waking: 'WAKING UP',
+  failed: 'FAILED',
+} as const satisfies Record<Phase, string>;
+
+/** Why an endpoint failed; CamelCase like Kubernetes reasons. */
+export const FailureReasonSchema = z.enum([
+  'ModelTooLarge',
+  'ModelNotFound',
+  'GatedModelNoToken',
+  'HubTokenInvalid',
+  'UnknownInstanceType',
+  'CrashLoop',
+  'ImagePullFailed',
+  'ProvisioningTimeout',
+  'WakeTimeout',
+]);
+export type FailureReason = z.infer<typeof FailureReasonSchema>;
+
+export const ConditionSchema = z.object({
+  type: z.string().min(1).max(316),
+  status: z.enum(['True', 'False', 'Unknown']),
+  reason: z.string().max(1024).optional(),
+  message: z.string().max(32_768).optional(),
+  observedGeneration: z.int().min(0).optional(),
+  lastTransitionTime: RFC3339.optional(),
+});
+export type Condition = z.infer<typeof ConditionSchema>;
+
+export const FailureSchema = z.object({
+  reason: FailureReasonSchema,
+  message: z.string(),
+  generation: z.int().min(0).describe('metadata.generation that failed; a newer generation builds again'),
+  at: RFC3339,
+});
+export type Failure = z.infer<typeof FailureSchema>;
+
+export const DedicatedEndpointStatusSchema = z.object({
+  phase: PhaseSchema.optional(),
+  reason: z.string().max(1024).optional().describe('CamelCase reason for the phase'),
+  message: z.string().max(32_768).optional().describe('What happened, and what to do about it'),
+  observedGeneration: z.int().min(0).optional(),
+  replicas: z.int().min(0).optional(),
+  readyReplicas: z.int().min(0).optional(),
+  url: z.string().optional().describe('In-cluster URL of the endpoint Service (OpenAI base is <url>/v1)'),
+  lastTransitionTime: RFC3339.optional().describe('When the phase last changed'),
+  conditions: z
+    .array(ConditionSchema)
+    .optional()
+    .meta({ 'x-kubernetes-list-type': 'map', 'x-kubernetes-list-map-keys': ['type'] }),
+  // What the reconciler remembers between passes; the phase is derived from these.
+  buildingSince: RFC3339.optional().describe('Start of the current build (provisioning deadline)'),
+  upSince: RFC3339.optional().describe('When a replica last became Ready (idle baseline)'),
+  hibernatedAt: RFC3339.optional().describe('Set when the operator scaled to zero on purpose'),
+  wakeStartedAt: RFC3339.optional().describe('Set while a wake is in progress (wake deadline)'),
+  failure: FailureSchema.optional(),
+  preflightGeneration: z
+    .int()
+    .min(0)
+    .optional()
+    .describe('Generation whose model/hardware/token checks passed'),
+});
+
+export const ObjectMetaSchema = z
+  .object({
+    name: z
+      .string()
+      .max(ENDPOINT_ID_MAX_LENGTH)
+      .regex(ENDPOINT_ID_PATTERN, `metadata.name must start with "${ENDPOINT_ID_PREFIX}" and be a DNS label`),
+    namespace: z.string().optional(),
+    uid: z.string().optional(),
+    generation: z.int().optional(),
+    resourceVersion: z.string().optional(),
+    creationTimestamp: z.union([z.string(), z.date()]).optional(),
+    deletionTimestamp: z.union([z.string(), z.date()]).optional(),
+    labels: z.record(z.string(), z.string()).optional(),
+    annotations: z.record(z.string(), z.string()).optional(),
+    finalizers: z.array(z.string()).optional(),
+  })
+  .loose();
+
+export const DedicatedEndpointSchema = z.object({
+  apiVersion: z.literal(API_VERSION),
+  kind: z.literal(KIND),
+  metadata: ObjectMetaSchema,
+  spec: DedicatedEndpointSpecSchema,
+  status: DedicatedEndpointStatusSchema.optional(),
+});
+
+export type DedicatedEndpointSpec = z.infer<typeof DedicatedEndpointSpecSchema>;
+/** The spec as a client may write it (defaults not yet applied). */
+export type DedicatedEndpointSpecInput = z.input<typeof DedicatedEndpointSpecSchema>;
+export type DedicatedEndpointStatus = z.infer<typeof DedicatedEndpointStatusSchema>;
+export type DedicatedEndpoint = z.infer<typeof DedicatedEndpointSchema>;
