@@ -159,6 +159,11 @@ export const DedicatedEndpointStatusSchema = z.object({
   upSince: RFC3339.optional().describe('When a replica last became Ready (idle baseline)'),
   hibernatedAt: RFC3339.optional().describe('Set when the operator scaled to zero on purpose'),
   wakeStartedAt: RFC3339.optional().describe('Set while a wake is in progress (wake deadline)'),
+  wakeRequestSeen: z
+    .string()
+    .max(64)
+    .optional()
+    .describe('Value of the wake-requested annotation already acted on; a different value is a new wake'),
   failure: FailureSchema.optional(),
   preflightGeneration: z
     .int()

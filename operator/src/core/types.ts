@@ -1,0 +1,87 @@
+import type {
+  Condition,
+  DedicatedEndpoint,
+  DedicatedEndpointStatus,
+  FailureReason,
+  Phase,
+} from '@berth/crds';
+
+// The runtime-agnostic seam. The Kubernetes runtime implements these with informers and server-side
+// apply; a local runtime can implement them with processes and a database. Nothing in core/ imports
+// @kubernetes/client-node.
+
+/** Memory the phase machine keeps between passes (a subset of status). */
+export type Memory = Pick<
+  DedicatedEndpointStatus,
+  | 'buildingSince'
+  | 'upSince'
+  | 'hibernatedAt'
+  | 'wakeStartedAt'
+  | 'wakeRequestSeen'
+  | 'failure'
+  | 'preflightGeneration'
+>;
+
+/** Result of the pre-provisioning checks (model exists, fits the hardware, token grants access). */
+export type PreflightResult =
+  | { kind: 'passed'; message?: string }
+  | { kind: 'failed'; reason: FailureReason; message: string }
+  /** The hub could not be asked (network, 5xx); retry, do not fail the endpoint. */
+  | { kind: 'unavailable'; message: string };
+
+export type WorkloadFailureKind = 'ImagePull' | 'CrashLoop' | 'OutOfMemory' | 'Unschedulable';
+
+export interface WorkloadFailure {
+  kind: WorkloadFailureKind;
+  message: string;
+}
+
+/** What the runtime saw of the endpoint's workload on this pass. */
+export interface ObservedWorkload {
+  replicas: number;
+  readyReplicas: number;
+  /** Most severe failure signal among current pods, if any. */
+  failure?: WorkloadFailure;
+  /** Requests running + waiting across replicas, when the runtime can tell. */
+  inFlight?: number;
+}
+
+export interface Observed {
+  workload: ObservedWorkload;
+  /** Present only when a preflight ran this pass. */
+  preflight?: PreflightResult;
+  /** False when spec.hardware does not name a catalog instance type/count. */
+  hardware: { ok: true } | { ok: false; message: string };
+}
+
+export interface PhaseEvent {
+  type: 'Normal' | 'Warning';
+  reason: string;
+  message: string;
+}
+
+export interface Decision {
+  phase: Phase;
+  reason: string;
+  message: string;
+  desiredReplicas: number;
+  /** Re-run the reconcile after this long even if nothing changes (deadlines, idle timeout). */
+  requeueAfterMs?: number;
+  memory: Memory;
+  events: PhaseEvent[];
+  conditions: Array<Pick<Condition, 'type' | 'status' | 'reason' | 'message'>>;
+  /** Set on the pass a wake completes. */
+  wakeDurationSeconds?: number;
+}
+
+export interface Deadlines {
+  provisioningSeconds: number;
+  wakeSeconds: number;
+}
+
+export interface ScalingPolicy {
+  /** In-flight requests one replica should carry before another is added. */
+  targetInFlightPerReplica: number;
+}
+
+export type { DedicatedEndpoint };
