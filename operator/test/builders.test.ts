@@ -1,0 +1,90 @@
+import type { DedicatedEndpoint } from '@berth/crds';
+import { DEFAULT_CATALOG, DedicatedEndpointSpecSchema, LABEL_SPEC_HASH } from '@berth/crds';
+import { describe, expect, it } from 'vitest';
+import type { BuildConfig } from '../src/k8s/builders.ts';
+import { desiredCacheClaim, desiredDeployment, desiredService, serviceUrl } from '../src/k8s/builders.ts';
+
+const h100 = DEFAULT_CATALOG.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
+const config: BuildConfig = {
+  engineImage: 'vllm/vllm-openai:v0.11.0',
+  startupTimeoutSeconds: 1800,
+  drainSeconds: 10,
+  terminationGracePeriodSeconds: 120,
+  modelCache: { kind: 'hostPath', path: '/var/lib/berth/hf-cache' },
+};
+
+function endpoint(spec: Record<string, unknown> = {}): DedicatedEndpoint {
+  return {
+    apiVersion: 'berth.dev/v1alpha1',
+    kind: 'DedicatedEndpoint',
+    metadata: { name: 'endpt-abc123', namespace: 'team-a', uid: '0000-1111', generation: 1 },
+    spec: DedicatedEndpointSpecSchema.parse({
+      account: 'acct_42',
+      model: {
+        id: 'meta-llama/Llama-3.1-70B-Instruct',
+        hubTokenSecretRef: { name: 'hf' },
+        maxModelLen: 8192,
+      },
+      hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 4 },
+      ...spec,
+    }),
+  };
+}
+
+describe('desiredDeployment', () => {
+  it('matches the snapshot', () => {
+    expect(desiredDeployment(endpoint(), h100, config, 1)).toMatchSnapshot();
+  });
+
+  it('applies engine overrides: image, extra args, env, pod annotations', () => {
+    const d = desiredDeployment(
+      endpoint({
+        engine: {
+          image: 'berth/engine-sim:dev',
+          args: ['--enable-prefix-caching'],
+          env: [{ name: 'SIM_TTFT_MS', value: '50' }],
+          podAnnotations: { 'sim.berth.dev/ready-after': '3s' },
+        },
+      }),
+      h100,
+      config,
+      2,
+    );
+    const c = d.spec!.template.spec!.containers[0]!;
+    expect(c.image).toBe('berth/engine-sim:dev');
+    expect(c.args!.at(-1)).toBe('--enable-prefix-caching');
+    expect(c.env).toContainEqual({ name: 'SIM_TTFT_MS', value: '50' });
+    expect(d.spec!.template.metadata!.annotations).toEqual({ 'sim.berth.dev/ready-after': '3s' });
+    expect(d.spec!.replicas).toBe(2);
+  });
+
+  it('changes the spec hash when the spec changes, not when replicas do', () => {
+    const a = desiredDeployment(endpoint(), h100, config, 1).metadata!.labels![LABEL_SPEC_HASH];
+    const b = desiredDeployment(endpoint(), h100, config, 3).metadata!.labels![LABEL_SPEC_HASH];
+    const c = desiredDeployment(
+      endpoint({ hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 8 } }),
+      h100,
+      config,
+      1,
+    ).metadata!.labels![LABEL_SPEC_HASH];
+    expect(a).toBe(b);
+    expect(a).not.toBe(c);
+  });
+
+  it('mounts a per-endpoint claim when the cache is a PVC', () => {
+    const pvc = { kind: 'pvc', sizeGiB: 200, accessMode: 'ReadWriteOnce' } as const;
+    const d = desiredDeployment(endpoint(), h100, { ...config, modelCache: pvc }, 1);
+    expect(d.spec!.template.spec!.volumes![0]).toEqual({
+      name: 'model-cache',
+      persistentVolumeClaim: { claimName: 'endpt-abc123-cache' },
+    });
+    expect(desiredCacheClaim(endpoint(), pvc)).toMatchSnapshot();
+  });
+});
+
+describe('desiredService', () => {
+  it('matches the snapshot and exposes the in-cluster URL', () => {
+    expect(desiredService(endpoint())).toMatchSnapshot();
+    expect(serviceUrl(endpoint())).toBe('http://endpt-abc123.team-a.svc:8000');
+  });
+});

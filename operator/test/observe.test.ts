@@ -1,0 +1,136 @@
+import type { V1Pod } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { classifyPods, observeWorkload } from '../src/k8s/observe.ts';
+
+const opts = { crashLoopRestarts: 3 };
+const pod = (status: V1Pod['status']): V1Pod => ({ metadata: { name: 'p' }, status });
+
+describe('classifyPods', () => {
+  it('sees image pull back-off', () => {
+    const f = classifyPods(
+      [
+        pod({
+          containerStatuses: [
+            {
+              name: 'engine',
+              image: 'x:1',
+              imageID: '',
+              ready: false,
+              restartCount: 0,
+              state: { waiting: { reason: 'ImagePullBackOff', message: 'not found' } },
+            },
+          ],
+        }),
+      ],
+      opts,
+    );
+    expect(f?.kind).toBe('ImagePull');
+    expect(f?.message).toMatch(/x:1: not found/);
+  });
+
+  it('ignores a single ErrImagePull (may be transient)', () => {
+    expect(
+      classifyPods(
+        [
+          pod({
+            containerStatuses: [
+              {
+                name: 'engine',
+                image: 'x',
+                imageID: '',
+                ready: false,
+                restartCount: 0,
+                state: { waiting: { reason: 'ErrImagePull' } },
+              },
+            ],
+          }),
+        ],
+        opts,
+      ),
+    ).toBeUndefined();
+  });
+
+  it('sees OOM from the termination reason or the log tail, even while crash-looping', () => {
+    const oomKilled = pod({
+      containerStatuses: [
+        {
+          name: 'engine',
+          image: 'x',
+          imageID: '',
+          ready: false,
+          restartCount: 5,
+          state: { waiting: { reason: 'CrashLoopBackOff' } },
+          lastState: { terminated: { exitCode: 137, reason: 'OOMKilled' } },
+        },
+      ],
+    });
+    expect(classifyPods([oomKilled], opts)?.kind).toBe('OutOfMemory');
+    const cudaOom = pod({
+      containerStatuses: [
+        {
+          name: 'engine',
+          image: 'x',
+          imageID: '',
+          ready: false,
+          restartCount: 1,
+          state: { waiting: { reason: 'CrashLoopBackOff' } },
+          lastState: {
+            terminated: {
+              exitCode: 1,
+              reason: 'Error',
+              message: 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB',
+            },
+          },
+        },
+      ],
+    });
+    const f = classifyPods([cudaOom], opts);
+    expect(f?.kind).toBe('OutOfMemory');
+    expect(f?.message).toMatch(/CUDA out of memory/);
+  });
+
+  it('calls a crash loop a failure only after enough restarts', () => {
+    const crash = (restartCount: number) =>
+      pod({
+        containerStatuses: [
+          {
+            name: 'engine',
+            image: 'x',
+            imageID: '',
+            ready: false,
+            restartCount,
+            state: { waiting: { reason: 'CrashLoopBackOff' } },
+            lastState: { terminated: { exitCode: 1, message: 'ValueError: bad arg' } },
+          },
+        ],
+      });
+    expect(classifyPods([crash(1)], opts)).toBeUndefined();
+    expect(classifyPods([crash(3)], opts)?.message).toMatch(/exit code 1: ValueError: bad arg/);
+  });
+
+  it('reports unschedulable pods', () => {
+    expect(
+      classifyPods(
+        [
+          pod({
+            conditions: [
+              {
+                type: 'PodScheduled',
+                status: 'False',
+                reason: 'Unschedulable',
+                message: '0/5 nodes are available',
+              },
+            ],
+          }),
+        ],
+        opts,
+      ),
+    ).toEqual({ kind: 'Unschedulable', message: 'No node can run the engine yet: 0/5 nodes are available' });
+  });
+
+  it('counts ready pods that are not terminating', () => {
+    const ready = pod({ conditions: [{ type: 'Ready', status: 'True' }] });
+    const leaving: V1Pod = { ...ready, metadata: { name: 'q', deletionTimestamp: new Date() } };
+    expect(observeWorkload(undefined, [ready, leaving], opts)).toEqual({ replicas: 0, readyReplicas: 1 });
+  });
+});
