@@ -95,7 +95,8 @@ export function openStream(
 
 /** Splits an SSE body into the payloads of its `data: ` events, checking the framing strictly. */
 export function sseData(body: string): string[] {
-  if (!body.endsWith('\n\n')) throw new Error(`SSE body does not end with a blank line: ${JSON.stringify(body.slice(-40))}`);
+  if (!body.endsWith('\n\n'))
+    throw new Error(`SSE body does not end with a blank line: ${JSON.stringify(body.slice(-40))}`);
   const events = body.slice(0, -2).split('\n\n');
   return events.map((e) => {
     if (!e.startsWith('data: ') || e.includes('\n'))
@@ -170,7 +171,9 @@ export function parsePrometheus(text: string): Exposition {
 }
 
 export function sample(e: Exposition, name: string, labels: Record<string, string> = {}): number {
-  const s = e.samples.find((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v));
+  const s = e.samples.find(
+    (x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v),
+  );
   if (!s) throw new Error(`no sample ${name} ${JSON.stringify(labels)}`);
   return s.value;
 }

@@ -79,10 +79,19 @@ describe('openai SDK against the simulator', () => {
   });
 
   it('lists the served model names', async () => {
-    const s = await sim({ model: '/models/llama', servedModelNames: ['llama', 'llama-alias'], maxModelLen: 2048 });
+    const s = await sim({
+      model: '/models/llama',
+      servedModelNames: ['llama', 'llama-alias'],
+      maxModelLen: 2048,
+    });
     const page = await client(s.url).models.list();
     expect(page.data.map((m) => m.id)).toEqual(['llama', 'llama-alias']);
-    expect(page.data[0]).toMatchObject({ object: 'model', owned_by: 'vllm', root: '/models/llama', max_model_len: 2048 });
+    expect(page.data[0]).toMatchObject({
+      object: 'model',
+      owned_by: 'vllm',
+      root: '/models/llama',
+      max_model_len: 2048,
+    });
   });
 
   it('surfaces vLLM errors as the SDK error classes', async () => {
@@ -92,10 +101,15 @@ describe('openai SDK against the simulator', () => {
       .create({ model: 'nope', messages: [{ role: 'user', content: 'hi' }] })
       .catch((e: unknown) => e);
     expect(notFound).toBeInstanceOf(OpenAI.NotFoundError);
-    expect((notFound as InstanceType<typeof OpenAI.NotFoundError>).message).toContain('The model `nope` does not exist.');
+    expect((notFound as InstanceType<typeof OpenAI.NotFoundError>).message).toContain(
+      'The model `nope` does not exist.',
+    );
 
     const failed = await c.chat.completions
-      .create({ model: 'test/model', messages: [{ role: 'user', content: 'hi' }] }, { headers: { 'x-sim-fail': '503' } })
+      .create(
+        { model: 'test/model', messages: [{ role: 'user', content: 'hi' }] },
+        { headers: { 'x-sim-fail': '503' } },
+      )
       .catch((e: unknown) => e);
     expect(failed).toBeInstanceOf(OpenAI.InternalServerError);
     expect((failed as InstanceType<typeof OpenAI.APIError>).status).toBe(503);

@@ -61,7 +61,13 @@ describe('SSE framing', () => {
     expect(chunks).toHaveLength(3);
     for (const c of chunks) {
       expect(c.object).toBe('text_completion');
-      expect(Object.keys(c.choices[0])).toEqual(['index', 'text', 'logprobs', 'finish_reason', 'stop_reason']);
+      expect(Object.keys(c.choices[0])).toEqual([
+        'index',
+        'text',
+        'logprobs',
+        'finish_reason',
+        'stop_reason',
+      ]);
     }
     expect(chunks.map((c) => c.choices[0].finish_reason)).toEqual([null, null, 'stop']);
   });
@@ -74,8 +80,18 @@ describe('non-streaming bodies', () => {
     expect(r.status).toBe(200);
     const b = JSON.parse(r.body);
     expect(b).toMatchObject({ object: 'chat.completion', system_fingerprint: null, model: 'test/model' });
-    expect(b.choices[0]).toMatchObject({ index: 0, logprobs: null, finish_reason: 'length', stop_reason: null });
-    expect(b.usage).toEqual({ prompt_tokens: 8, total_tokens: 10, completion_tokens: 2, prompt_tokens_details: null });
+    expect(b.choices[0]).toMatchObject({
+      index: 0,
+      logprobs: null,
+      finish_reason: 'length',
+      stop_reason: null,
+    });
+    expect(b.usage).toEqual({
+      prompt_tokens: 8,
+      total_tokens: 10,
+      completion_tokens: 2,
+      prompt_tokens_details: null,
+    });
   });
 });
 
@@ -105,12 +121,16 @@ describe('errors as vLLM sends them', () => {
       expect(typeof e.message).toBe('string');
     }
     const missing = await request(s.url, '/v1/chat/completions', { body: { model: 'test/model' } });
-    expect(JSON.parse(missing.body).error.message).toContain("'loc': ('body', 'messages'), 'msg': 'Field required'");
+    expect(JSON.parse(missing.body).error.message).toContain(
+      "'loc': ('body', 'messages'), 'msg': 'Field required'",
+    );
   });
 
   it('400 with vLLM wording when the prompt exceeds --max-model-len', async () => {
     const s = await sim({ maxModelLen: 10 });
-    const r = await request(s.url, '/v1/completions', { body: { prompt: 'one two three four five six seven eight nine ten' } });
+    const r = await request(s.url, '/v1/completions', {
+      body: { prompt: 'one two three four five six seven eight nine ten' },
+    });
     expect(r.status).toBe(400);
     expect(JSON.parse(r.body).error).toEqual({
       message:
@@ -127,7 +147,9 @@ describe('errors as vLLM sends them', () => {
     const r = await request(s.url, '/v1/completions', { body: { prompt: 'a b c', max_tokens: 8 } });
     expect(r.status).toBe(400);
     const e = JSON.parse(r.body).error;
-    expect(e.message).toMatch(/^'max_tokens' or 'max_completion_tokens' is too large: 8\. This model's maximum context length is 10 tokens and your request has 3 input tokens \(8 > 10 - 3\)\./);
+    expect(e.message).toMatch(
+      /^'max_tokens' or 'max_completion_tokens' is too large: 8\. This model's maximum context length is 10 tokens and your request has 3 input tokens \(8 > 10 - 3\)\./,
+    );
     expect(e.param).toBe('max_tokens');
   });
 
