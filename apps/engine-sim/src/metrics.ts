@@ -29,11 +29,13 @@ function escapeLabel(v: string): string {
 }
 
 export class Histogram {
+  readonly buckets: readonly number[];
   readonly counts: Float64Array;
   count = 0;
   sum = 0;
 
-  constructor(readonly buckets: readonly number[]) {
+  constructor(buckets: readonly number[]) {
+    this.buckets = buckets;
     this.counts = new Float64Array(buckets.length);
   }
 
@@ -75,10 +77,10 @@ export class EngineMetrics {
   readonly e2e = new Histogram(E2E_BUCKETS);
   private readonly labels: string;
 
-  constructor(
-    modelName: string,
-    private readonly maxNumSeqs: number,
-  ) {
+  private readonly maxNumSeqs: number;
+
+  constructor(modelName: string, maxNumSeqs: number) {
+    this.maxNumSeqs = maxNumSeqs;
     this.labels = `model_name="${escapeLabel(modelName)}",engine="0"`;
   }
 

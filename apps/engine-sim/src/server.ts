@@ -37,12 +37,14 @@ const ZERO_ITL_BATCH = 256;
 export const SIM_VERSION = '0.11.0+engine-sim';
 
 export class StartupError extends Error {
-  constructor(
-    readonly kind: 'oom' | 'gated',
-    /** What vLLM would print to stderr. */
-    readonly stderr: string,
-  ) {
+  readonly kind: 'oom' | 'gated';
+  /** What vLLM would print to stderr. */
+  readonly stderr: string;
+
+  constructor(kind: 'oom' | 'gated', stderr: string) {
     super(kind === 'oom' ? 'CUDA out of memory' : 'Cannot access gated repo');
+    this.kind = kind;
+    this.stderr = stderr;
   }
 }
 
@@ -637,7 +639,8 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen({ host: o.host, port: o.port }, () => {
+    // uvicorn's default backlog; Node's 511 drops SYNs when a benchmark opens 1,000+ connections at once.
+    server.listen({ host: o.host, port: o.port, backlog: 2048 }, () => {
       server.off('error', reject);
       resolve();
     });

@@ -1,9 +1,10 @@
 // The CLI as the operator runs it: vLLM arguments, start-up failures on stderr, SIGTERM drain.
+import { spawn } from 'node:child_process';
 import http from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { parseArgs } from '../src/config.ts';
 import { countTokens, generateText } from '../src/text.ts';
-import { eventually, openStream, request, spawnCli } from './helpers.ts';
+import { cli, eventually, openStream, repoRoot, request, spawnCli } from './helpers.ts';
 
 describe('argument parsing', () => {
   it('reads a positional model, vLLM flags and ignores unknown vLLM flags', () => {
@@ -99,6 +100,15 @@ describe('tokenizer and generator', () => {
 });
 
 describe('CLI process', () => {
+  it('runs on plain Node 24 without tsx (the container has no TypeScript toolchain)', async () => {
+    const child = spawn(process.execPath, [cli, '--help'], { cwd: repoRoot });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
+    const code = await new Promise((r) => child.on('exit', r));
+    expect(code).toBe(0);
+    expect(out).toContain('--startup-delay-ms');
+  });
+
   it('exits 1 with the CUDA out-of-memory error on stderr after the start-up delay', async () => {
     const p = spawnCli(['some/model', '--port', '0', '--fail-startup', 'oom', '--startup-delay-ms', '50']);
     const { code } = await p.exit;
