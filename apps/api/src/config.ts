@@ -1,0 +1,105 @@
+// Configuration is one zod schema over the environment, parsed once at start-up. A bad value stops
+// the process with a message that names the variable and says what to fix.
+import { z } from 'zod';
+
+const port = z.coerce
+  .number({ error: 'must be a number' })
+  .int('must be a whole number')
+  .min(0, 'must be between 0 and 65535')
+  .max(65535, 'must be between 0 and 65535');
+
+const positiveInt = (what: string) =>
+  z.coerce
+    .number({ error: `must be a number (${what})` })
+    .int('must be a whole number')
+    .positive('must be greater than 0');
+
+export const configSchema = z
+  .object({
+    PORT: port.default(8080).describe('TCP port the API listens on'),
+    HOST: z.string().min(1).default('0.0.0.0').describe('Address the API binds'),
+    DATABASE_URL: z
+      .string()
+      .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
+      .optional()
+      .describe('PostgreSQL URL. Unset: an embedded PostgreSQL (PGlite) in BERTH_DATA_DIR'),
+    DB_POOL_SIZE: positiveInt('connections').default(10).describe('PostgreSQL connection pool size'),
+    BERTH_DATA_DIR: z
+      .string()
+      .min(1)
+      .default('.data')
+      .describe('Directory for the embedded database and local state'),
+    ADMIN_TOKEN: z
+      .string()
+      .min(16, 'must be at least 16 characters (use e.g. `openssl rand -hex 24`)')
+      .optional()
+      .describe(
+        'Bearer token for /admin routes. Required with DATABASE_URL; generated into BERTH_DATA_DIR otherwise',
+      ),
+    KEY_HASH_SECRET: z
+      .string()
+      .min(32, 'must be at least 32 characters')
+      .optional()
+      .describe('When set, API keys are stored as HMAC-SHA-256 with this secret instead of SHA-256'),
+    LOG_LEVEL: z
+      .enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+        error: 'must be one of fatal, error, warn, info, debug, trace, silent',
+      })
+      .default('info')
+      .describe('Log level'),
+    MAX_BODY_BYTES: positiveInt('bytes')
+      .default(1_048_576)
+      .describe('Largest accepted request body; larger gets 413'),
+    BERTH_MODELS: z
+      .string()
+      .default('llama-3.1-8b-instruct,qwen2.5-7b-instruct')
+      .transform((s) =>
+        s
+          .split(',')
+          .map((m) => m.trim())
+          .filter(Boolean),
+      )
+      .describe('Comma-separated model catalog listed by GET /api/models'),
+    SHUTDOWN_GRACE_MS: positiveInt('milliseconds')
+      .default(15_000)
+      .describe('On SIGTERM, how long requests in flight may finish before the process exits'),
+    REVOCATION_ACK_TIMEOUT_MS: positiveInt('milliseconds')
+      .default(2_000)
+      .describe('How long DELETE /api/keys/{id} waits for every API replica to confirm it dropped the key'),
+    KEY_TOUCH_INTERVAL_MS: positiveInt('milliseconds')
+      .default(10_000)
+      .describe("How often keys' last-used times are written (batched, off the request path)"),
+  })
+  .superRefine((c, ctx) => {
+    if (c.DATABASE_URL && !c.ADMIN_TOKEN) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ADMIN_TOKEN'],
+        message: 'is required when DATABASE_URL is set (use e.g. `openssl rand -hex 24`)',
+      });
+    }
+  });
+
+export type Config = z.infer<typeof configSchema>;
+
+export class ConfigError extends Error {}
+
+export function parseConfig(env: Record<string, string | undefined>): Config {
+  // An empty variable means "not set", as in most shells' `FOO= cmd`.
+  const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const result = configSchema.safeParse(cleaned);
+  if (result.success) return result.data;
+  const lines = result.error.issues.map((i) => {
+    const name = i.path.join('.') || '(config)';
+    const got =
+      typeof cleaned[name] === 'string'
+        ? ` (got ${JSON.stringify(redactIfSecret(name, cleaned[name]))})`
+        : '';
+    return `  - ${name}: ${i.message}${got}`;
+  });
+  throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+}
+
+function redactIfSecret(name: string, value: string | undefined): string | undefined {
+  return /TOKEN|SECRET|DATABASE_URL/.test(name) ? '***' : value;
+}

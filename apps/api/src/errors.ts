@@ -1,0 +1,97 @@
+// Errors are data: one type carrying status, OpenAI `type`, `code` and message, rendered once by
+// the error middleware in the shape of the route family (spec §7).
+
+export type ErrorFamily = 'openai' | 'simple';
+
+const table = {
+  invalid_json: { status: 400, type: 'invalid_request_error', message: 'Malformed JSON in request body' },
+  validation_error: { status: 400, type: 'invalid_request_error', message: 'Invalid request body' },
+  missing_authorization: {
+    status: 401,
+    type: 'invalid_request_error',
+    message: 'Missing or invalid Authorization header',
+  },
+  invalid_api_key: { status: 401, type: 'invalid_request_error', message: 'Invalid API key' },
+  invalid_admin_token: { status: 401, type: 'invalid_request_error', message: 'Invalid admin token' },
+  insufficient_scope: {
+    status: 403,
+    type: 'permission_error',
+    message: 'This API key does not have the scope this route needs',
+  },
+  endpoint_not_owned: {
+    status: 403,
+    type: 'permission_error',
+    message: 'Unauthorized access to dedicated endpoint',
+  },
+  endpoint_access_denied: { status: 403, type: 'permission_error', message: 'Forbidden: Access denied.' },
+  not_found: { status: 404, type: 'invalid_request_error', message: 'Not found' },
+  method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed' },
+  request_too_large: { status: 413, type: 'invalid_request_error', message: 'Request body too large' },
+  unsupported_media_type: {
+    status: 415,
+    type: 'invalid_request_error',
+    message: 'Content-Type must be application/json',
+  },
+  rate_limited: { status: 429, type: 'rate_limit_error', message: 'Rate limit exceeded' },
+  internal_error: { status: 500, type: 'api_error', message: 'Internal Server Error' },
+  engine_unreachable: {
+    status: 500,
+    type: 'api_error',
+    message: 'Failed to communicate with inference engine',
+  },
+  service_unavailable: { status: 503, type: 'api_error', message: 'Service temporarily unavailable' },
+  gateway_timeout: { status: 504, type: 'api_error', message: 'Gateway timeout' },
+} as const satisfies Record<string, { status: number; type: string; message: string }>;
+
+export type ErrorCode = keyof typeof table;
+
+export class ApiError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly type: string;
+  readonly param: string | null;
+  readonly headers: Record<string, string>;
+
+  constructor(
+    code: ErrorCode,
+    options: {
+      message?: string;
+      param?: string | null;
+      headers?: Record<string, string>;
+      status?: number;
+    } = {},
+  ) {
+    const entry = table[code];
+    super(options.message ?? entry.message);
+    this.name = 'ApiError';
+    this.code = code;
+    this.status = options.status ?? entry.status;
+    this.type = entry.type;
+    this.param = options.param ?? null;
+    this.headers = options.headers ?? {};
+  }
+}
+
+/** The body for an error in a route family: spec §7's dual OpenAI shape, or `{"error": "..."}`. */
+export function errorBody(err: ApiError, family: ErrorFamily): Record<string, unknown> {
+  if (family === 'openai') {
+    return {
+      error: { message: err.message, type: err.type, code: err.code, param: err.param },
+      message: err.message,
+    };
+  }
+  return { error: err.message, code: err.code };
+}
+
+/** The SSE frame for an error after a stream has started (openai-node turns it into an APIError). */
+export function errorFrame(err: ApiError): string {
+  return `data: ${JSON.stringify(errorBody(err, 'openai'))}\n\n`;
+}
+
+// OpenAI-style routes (spec §7.1) answer in the dual shape; every other route in the simple one.
+const openaiRoutes =
+  /^\/api\/(?:chat\/completions|b\/|d\/|embeddings|models|completions|responses|olympus)(?:\/|$|\?)?/;
+
+export function familyOf(path: string): ErrorFamily {
+  return openaiRoutes.test(path) ? 'openai' : 'simple';
+}

@@ -1,0 +1,113 @@
+import { randomUUID } from 'node:crypto';
+import express, { type ErrorRequestHandler, type RequestHandler } from 'express';
+import type { Logger } from 'pino';
+import { ApiError, errorBody, familyOf } from '../errors.ts';
+import type { ApiMetrics } from '../metrics.ts';
+
+const SAFE_REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+/** Every response carries `x-request-id`: the caller's when it is a sane token, else a new one. */
+export function requestId(): RequestHandler {
+  return (req, res, next) => {
+    const given = req.get('x-request-id');
+    const id = given && SAFE_REQUEST_ID.test(given) ? given : randomUUID();
+    res.locals.requestId = id;
+    res.setHeader('x-request-id', id);
+    next();
+  };
+}
+
+/** The matched route template, for metric labels and logs (never the raw path: it holds ids). */
+export function routeTemplate(req: express.Request): string {
+  const route = req.route as { path?: string } | undefined;
+  return route?.path ? `${req.baseUrl}${route.path}` : 'unmatched';
+}
+
+export function accessLog(logger: Logger, metrics: ApiMetrics): RequestHandler {
+  return (req, res, next) => {
+    const start = process.hrtime.bigint();
+    res.on('finish', () => record(false));
+    res.on('close', () => record(true));
+    let done = false;
+    function record(closed: boolean) {
+      if (done) return;
+      done = true;
+      const route = routeTemplate(req);
+      const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+      const status = closed && !res.writableFinished ? 499 : res.statusCode;
+      metrics.httpRequests.inc({ route, method: req.method, status: String(status) });
+      metrics.httpDuration.observe({ route, method: req.method }, seconds);
+      if (route === '/metrics' || route === '/healthz' || route === '/readyz') return;
+      logger.info(
+        {
+          requestId: res.locals.requestId,
+          method: req.method,
+          route,
+          status,
+          ms: Math.round(seconds * 1e4) / 10,
+          account: res.locals.principal?.accountId,
+        },
+        'request',
+      );
+    }
+    next();
+  };
+}
+
+function hasBody(req: express.Request): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/**
+ * JSON request bodies: 415 for another media type, 413 past the limit, 400 for malformed JSON.
+ * A request without a body leaves `req.body` undefined for the route's schema to refuse.
+ */
+export function jsonBody(limitBytes: number): RequestHandler[] {
+  const parse = express.json({ limit: limitBytes, type: () => true });
+  return [
+    (req, _res, next) => {
+      if (!hasBody(req)) return next();
+      if (!req.is('application/json')) return next(new ApiError('unsupported_media_type'));
+      next();
+    },
+    (req, res, next) => (hasBody(req) ? parse(req, res, next) : next()),
+  ];
+}
+
+export function notFound(): RequestHandler {
+  return (_req, _res, next) => next(new ApiError('not_found'));
+}
+
+interface BodyParserError {
+  type?: string;
+  status?: number;
+}
+
+function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  const type = (err as BodyParserError | null)?.type;
+  if (type === 'entity.parse.failed') return new ApiError('invalid_json');
+  if (type === 'entity.too.large') return new ApiError('request_too_large');
+  if (type === 'encoding.unsupported' || type === 'charset.unsupported')
+    return new ApiError('unsupported_media_type');
+  if (type === 'request.aborted')
+    return new ApiError('invalid_json', { message: 'Request body was cut short' });
+  return new ApiError('internal_error');
+}
+
+/** The one place errors become responses, in the route family's shape. */
+export function errorHandler(logger: Logger): ErrorRequestHandler {
+  return (err, req, res, _next) => {
+    const apiError = toApiError(err);
+    if (apiError.status >= 500 && !(err instanceof ApiError)) {
+      logger.error({ err, requestId: res.locals.requestId, route: routeTemplate(req) }, 'unexpected failure');
+    }
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
+    res.status(apiError.status).json(errorBody(apiError, familyOf(req.originalUrl)));
+  };
+}

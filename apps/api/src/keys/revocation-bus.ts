@@ -1,0 +1,180 @@
+// How a revocation reaches every API replica before DELETE /api/keys/{id} returns.
+//
+// Each replica holds one dedicated connection that LISTENs on `berth_key_revoked`, named
+// `berth-api:<replica>` in pg_stat_activity. The revoking replica commits, counts the live
+// listeners, NOTIFYs, and waits (bounded) until each has evicted the key and acknowledged on
+// `berth_key_revoked_ack`. A replica whose listening connection is down cannot hear revocations,
+// so it reports itself unhealthy and its key cache is bypassed until the connection is back.
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+export interface Revocation {
+  keyId: string;
+  hash: string;
+}
+
+export interface RevocationBus {
+  /** False while this replica might miss a revocation: its key cache must not be trusted. */
+  readonly healthy: boolean;
+  publish(rev: Revocation): Promise<{ expected: number; acknowledged: number }>;
+  /** Called for every revocation, this replica's own included. */
+  onRevoked(fn: (rev: Revocation) => void): void;
+  /** Called when the bus may have missed revocations (connection lost): drop every cached key. */
+  onReset(fn: () => void): void;
+  close(): Promise<void>;
+}
+
+/** A single process (the embedded database allows no other): revocations are local calls. */
+export function localRevocationBus(): RevocationBus {
+  const events = new EventEmitter();
+  return {
+    healthy: true,
+    async publish(rev) {
+      events.emit('revoked', rev);
+      return { expected: 1, acknowledged: 1 };
+    },
+    onRevoked: (fn) => void events.on('revoked', fn),
+    onReset: (fn) => void events.on('reset', fn),
+    async close() {
+      events.removeAllListeners();
+    },
+  };
+}
+
+const CHANNEL = 'berth_key_revoked';
+const ACK_CHANNEL = 'berth_key_revoked_ack';
+const APP_PREFIX = 'berth-api:';
+
+export async function postgresRevocationBus(options: {
+  url: string;
+  ackTimeoutMs: number;
+  logger: Logger;
+}): Promise<RevocationBus> {
+  const replica = randomBytes(6).toString('hex');
+  const events = new EventEmitter();
+  const waiters = new Map<string, { pending: Set<string>; done: () => void }>();
+  let client: pg.Client | undefined;
+  let healthy = false;
+  let closed = false;
+  let retry: NodeJS.Timeout | undefined;
+  let backoff = 250;
+
+  const connect = async (): Promise<void> => {
+    const c = new pg.Client({ connectionString: options.url, application_name: APP_PREFIX + replica });
+    c.on('error', (err) => lost(c, err));
+    c.on('end', () => lost(c));
+    c.on('notification', (msg) => {
+      if (!msg.payload) return;
+      try {
+        const body = JSON.parse(msg.payload) as Record<string, string>;
+        if (msg.channel === CHANNEL) {
+          if (body.keyId && body.hash)
+            events.emit('revoked', { keyId: body.keyId, hash: body.hash } satisfies Revocation);
+          void c
+            .query('SELECT pg_notify($1, $2)', [ACK_CHANNEL, JSON.stringify({ id: body.id, replica })])
+            .catch(() => {});
+        } else if (msg.channel === ACK_CHANNEL && body.id && body.replica) {
+          const w = waiters.get(body.id);
+          if (w && w.pending.delete(body.replica) && w.pending.size === 0) w.done();
+        }
+      } catch (err) {
+        options.logger.warn({ err, channel: msg.channel }, 'ignored a malformed key revocation notification');
+      }
+    });
+    await c.connect();
+    await c.query(`LISTEN ${CHANNEL}`);
+    await c.query(`LISTEN ${ACK_CHANNEL}`);
+    client = c;
+    healthy = true;
+    backoff = 250;
+  };
+
+  const lost = (c: pg.Client, err?: Error) => {
+    if (client !== c) return;
+    client = undefined;
+    healthy = false;
+    // We may have missed revocations while disconnected: nothing cached can be trusted.
+    events.emit('reset');
+    c.end().catch(() => {});
+    if (closed) return;
+    options.logger.warn(
+      { err: err?.message },
+      'key revocation listener lost its connection; key cache disabled until it is back',
+    );
+    scheduleReconnect();
+  };
+
+  const scheduleReconnect = () => {
+    retry = setTimeout(() => {
+      connect()
+        .then(() => options.logger.info('key revocation listener reconnected; key cache enabled'))
+        .catch(() => {
+          backoff = Math.min(backoff * 2, 10_000);
+          if (!closed) scheduleReconnect();
+        });
+    }, backoff);
+    retry.unref();
+  };
+
+  await connect();
+
+  return {
+    get healthy() {
+      return healthy;
+    },
+    async publish(rev) {
+      const id = randomBytes(8).toString('hex');
+      const c = client;
+      // Even when our own listener is down the row is revoked; peers that cannot be told have
+      // their caches disabled (see `lost`), so a miss here cannot leave a revoked key usable.
+      const notifier = c ?? new pg.Client({ connectionString: options.url });
+      if (!c) await notifier.connect();
+      try {
+        const { rows } = await notifier.query<{ name: string }>(
+          `SELECT DISTINCT application_name AS name FROM pg_stat_activity
+           WHERE datname = current_database() AND application_name LIKE $1`,
+          [APP_PREFIX + '%'],
+        );
+        const pending = new Set(rows.map((r) => r.name.slice(APP_PREFIX.length)));
+        const expected = pending.size;
+        const acked = new Promise<void>((resolve) => {
+          if (pending.size === 0) return resolve();
+          const timer = setTimeout(resolve, options.ackTimeoutMs);
+          waiters.set(id, {
+            pending,
+            done: () => {
+              clearTimeout(timer);
+              resolve();
+            },
+          });
+        });
+        await notifier.query('SELECT pg_notify($1, $2)', [CHANNEL, JSON.stringify({ id, ...rev })]);
+        await acked;
+        waiters.delete(id);
+        const acknowledged = expected - pending.size;
+        if (acknowledged < expected) {
+          options.logger.warn(
+            { expected, acknowledged },
+            'not every API replica confirmed a key revocation in time',
+          );
+        }
+        return { expected, acknowledged };
+      } finally {
+        if (!c) await notifier.end().catch(() => {});
+      }
+    },
+    onRevoked: (fn) => void events.on('revoked', fn),
+    onReset: (fn) => void events.on('reset', fn),
+    async close() {
+      closed = true;
+      clearTimeout(retry);
+      const c = client;
+      client = undefined;
+      healthy = false;
+      await c?.end().catch(() => {});
+      events.removeAllListeners();
+    },
+  };
+}

@@ -1,0 +1,219 @@
+// API keys: creation, verification on the request path, listing and immediate revocation.
+//
+// Verification of a warm key costs no database query: verified keys are cached by hash while the
+// revocation bus is healthy. A revocation evicts the key on every replica and aborts requests in
+// flight that were authenticated with it, before DELETE returns.
+import { ApiError } from '../errors.ts';
+import type { KeyRecord, KeyRepository, NewKey, Scope } from '../repositories/keys.ts';
+import type { RevocationBus } from './revocation-bus.ts';
+import {
+  displayPrefix,
+  generateKeyValue,
+  isWellFormedKey,
+  newId,
+  sameDigest,
+  type KeyHasher,
+} from './format.ts';
+
+/** What the request path knows about a verified key. */
+export interface Principal {
+  keyId: string;
+  accountId: string;
+  scope: Scope;
+  pinnedModel: string | null;
+  toolPin: string[];
+}
+
+export type VerifyResult = { ok: true; principal: Principal } | { ok: false; code: 'invalid_api_key' };
+
+export interface CreatedKey extends KeyRecord {
+  value: string;
+}
+
+export interface KeyServiceMetrics {
+  cacheLookup(result: 'hit' | 'miss'): void;
+}
+
+export interface KeyService {
+  verify(value: string): Promise<VerifyResult>;
+  createAccount(
+    name: string,
+  ): Promise<{ account: { id: string; name: string; createdAt: Date }; key: CreatedKey }>;
+  createKey(input: {
+    accountId: string;
+    name: string;
+    scope: Scope;
+    pinnedModel?: string | null;
+    toolPin?: string[];
+  }): Promise<CreatedKey>;
+  /** Null when the account does not exist. */
+  createKeyForAccount(
+    accountId: string,
+    input: { name: string; scope: Scope; pinnedModel?: string | null; toolPin?: string[] },
+  ): Promise<CreatedKey | null>;
+  list(accountId: string): Promise<KeyRecord[]>;
+  /** Null when the account has no such key. */
+  revoke(accountId: string, keyId: string): Promise<KeyRecord | null>;
+  /**
+   * Ties a request to its key: the signal aborts (reason: 401 `Invalid API key`) when the key is
+   * revoked. Call `release` when the request ends.
+   */
+  track(keyId: string): { signal: AbortSignal; release(): void };
+  /** Writes pending last-used times now (also done periodically and at close). */
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
+const MAX_CACHED = 100_000;
+
+export function keyService(deps: {
+  repo: KeyRepository;
+  hash: KeyHasher;
+  bus: RevocationBus;
+  metrics?: KeyServiceMetrics;
+  touchIntervalMs: number;
+  now?: () => Date;
+}): KeyService {
+  const { repo, hash, bus } = deps;
+  const now = deps.now ?? (() => new Date());
+  const cache = new Map<string, Principal>();
+  // Bumped by every eviction: a lookup that started before one must not fill the cache, or a key
+  // revoked while its row was being read could come back.
+  let epoch = 0;
+  const inflight = new Map<string, Set<AbortController>>();
+  let lastUsed = new Map<string, Date>();
+
+  const evict = (keyId: string, keyHash?: string) => {
+    epoch++;
+    if (keyHash) cache.delete(keyHash);
+    else for (const [h, p] of cache) if (p.keyId === keyId) cache.delete(h);
+    const controllers = inflight.get(keyId);
+    if (controllers) {
+      for (const c of controllers) c.abort(new ApiError('invalid_api_key'));
+      inflight.delete(keyId);
+    }
+  };
+  bus.onRevoked((rev) => evict(rev.keyId, rev.hash));
+  bus.onReset(() => {
+    epoch++;
+    cache.clear();
+  });
+
+  const flush = async () => {
+    if (lastUsed.size === 0) return;
+    const batch = lastUsed;
+    lastUsed = new Map();
+    await repo.touch(batch);
+  };
+  const timer = setInterval(() => void flush().catch(() => {}), deps.touchIntervalMs);
+  timer.unref();
+
+  const materialize = (input: {
+    accountId: string;
+    name: string;
+    scope: Scope;
+    pinnedModel?: string | null;
+    toolPin?: string[];
+  }): { key: NewKey; value: string } => {
+    const value = generateKeyValue();
+    return {
+      value,
+      key: {
+        id: newId('key'),
+        accountId: input.accountId,
+        name: input.name,
+        scope: input.scope,
+        hash: hash(value),
+        prefix: displayPrefix(value),
+        pinnedModel: input.pinnedModel ?? null,
+        toolPin: input.toolPin ?? [],
+      },
+    };
+  };
+
+  return {
+    async verify(value) {
+      if (!isWellFormedKey(value)) return { ok: false, code: 'invalid_api_key' };
+      const digest = hash(value);
+      const useCache = bus.healthy;
+      const cached = useCache ? cache.get(digest) : undefined;
+      if (cached) {
+        deps.metrics?.cacheLookup('hit');
+        lastUsed.set(cached.keyId, now());
+        return { ok: true, principal: cached };
+      }
+      deps.metrics?.cacheLookup('miss');
+      const started = epoch;
+      const row = await repo.findByHash(digest);
+      if (!row || row.revokedAt || !sameDigest(row.hash, digest))
+        return { ok: false, code: 'invalid_api_key' };
+      const principal: Principal = {
+        keyId: row.id,
+        accountId: row.accountId,
+        scope: row.scope,
+        pinnedModel: row.pinnedModel,
+        toolPin: row.toolPin,
+      };
+      if (useCache && bus.healthy && epoch === started) {
+        if (cache.size >= MAX_CACHED) cache.delete(cache.keys().next().value!);
+        cache.set(digest, principal);
+      }
+      lastUsed.set(row.id, now());
+      return { ok: true, principal };
+    },
+
+    async createAccount(name) {
+      const accountId = newId('acct');
+      const { key, value } = materialize({ accountId, name: 'default', scope: 'inference' });
+      const created = await repo.createAccountWithKey({ id: accountId, name }, key);
+      return { account: created.account, key: { ...created.key, value } };
+    },
+
+    async createKey(input) {
+      const { key, value } = materialize(input);
+      return { ...(await repo.createKey(key)), value };
+    },
+
+    async createKeyForAccount(accountId, input) {
+      if (!(await repo.accountExists(accountId))) return null;
+      const { key, value } = materialize({ ...input, accountId });
+      return { ...(await repo.createKey(key)), value };
+    },
+
+    list: (accountId) => repo.listForAccount(accountId),
+
+    async revoke(accountId, keyId) {
+      const result = await repo.revoke(accountId, keyId, now());
+      if (!result) return null;
+      // Published even when it was already revoked: a replica that missed the first notice
+      // (or a retry after a timeout) gets another chance, and it costs nothing.
+      evict(result.key.id, result.key.hash);
+      await bus.publish({ keyId: result.key.id, hash: result.key.hash });
+      const { hash: _, ...key } = result.key;
+      return key;
+    },
+
+    track(keyId) {
+      const controller = new AbortController();
+      let set = inflight.get(keyId);
+      if (!set) inflight.set(keyId, (set = new Set()));
+      set.add(controller);
+      return {
+        signal: controller.signal,
+        release() {
+          const s = inflight.get(keyId);
+          if (!s) return;
+          s.delete(controller);
+          if (s.size === 0) inflight.delete(keyId);
+        },
+      };
+    },
+
+    flush,
+
+    async close() {
+      clearInterval(timer);
+      await flush().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,44 @@
+// Prometheus metrics with closed label sets: route templates, methods, status classes, results.
+// Never key ids, account ids or raw paths.
+import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export interface ApiMetrics {
+  registry: Registry;
+  httpRequests: Counter<'route' | 'method' | 'status'>;
+  httpDuration: Histogram<'route' | 'method'>;
+  keyCache: Counter<'result'>;
+  keyRevocations: Counter<'outcome'>;
+}
+
+export function createMetrics(): ApiMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'berth_api_' });
+  return {
+    registry,
+    httpRequests: new Counter({
+      name: 'berth_http_requests_total',
+      help: 'HTTP requests by route template, method and status code',
+      labelNames: ['route', 'method', 'status'],
+      registers: [registry],
+    }),
+    httpDuration: new Histogram({
+      name: 'berth_http_request_duration_seconds',
+      help: 'Time to the end of the response, by route template and method',
+      labelNames: ['route', 'method'],
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120, 600],
+      registers: [registry],
+    }),
+    keyCache: new Counter({
+      name: 'berth_key_cache_lookups_total',
+      help: 'API key verifications by cache result (hit: no database query)',
+      labelNames: ['result'],
+      registers: [registry],
+    }),
+    keyRevocations: new Counter({
+      name: 'berth_key_revocations_total',
+      help: 'Key revocations by outcome (confirmed: every replica acknowledged in time)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+  };
+}

@@ -1,0 +1,100 @@
+// The OpenAPI document is generated from the same zod schemas that validate requests and shape
+// responses: routes register an operation next to their handler.
+import { z } from 'zod';
+
+export type Auth = 'admin' | 'key' | 'none';
+
+export interface Operation {
+  method: 'get' | 'post' | 'delete';
+  /** OpenAPI path template, e.g. `/api/keys/{id}`. */
+  path: string;
+  summary: string;
+  description?: string;
+  tag: string;
+  auth: Auth;
+  scopes?: readonly string[];
+  body?: z.ZodType;
+  responses: Record<number, { description: string; schema?: z.ZodType; contentType?: string }>;
+}
+
+export class ApiDoc {
+  private readonly operations: Operation[] = [];
+
+  add(op: Operation): void {
+    this.operations.push(op);
+  }
+
+  document(version: string): Record<string, unknown> {
+    const paths: Record<string, Record<string, unknown>> = {};
+    for (const op of this.operations) {
+      const params = [...op.path.matchAll(/\{(\w+)\}/g)].map((m) => ({
+        name: m[1],
+        in: 'path',
+        required: true,
+        schema: { type: 'string' },
+      }));
+      const scopes = op.scopes?.length ? `\n\nKey scopes allowed: ${op.scopes.join(', ')}.` : '';
+      (paths[op.path] ??= {})[op.method] = {
+        summary: op.summary,
+        description: (op.description ?? '') + scopes || undefined,
+        tags: [op.tag],
+        security: op.auth === 'none' ? [] : [{ [op.auth === 'admin' ? 'adminToken' : 'apiKey']: [] }],
+        parameters: params.length ? params : undefined,
+        requestBody: op.body
+          ? { required: true, content: { 'application/json': { schema: jsonSchema(op.body, 'input') } } }
+          : undefined,
+        responses: Object.fromEntries(
+          Object.entries(op.responses).map(([status, r]) => [
+            status,
+            {
+              description: r.description,
+              content: r.schema
+                ? { [r.contentType ?? 'application/json']: { schema: jsonSchema(r.schema, 'output') } }
+                : undefined,
+            },
+          ]),
+        ),
+      };
+    }
+    return {
+      openapi: '3.1.0',
+      info: {
+        title: 'Berth API',
+        version,
+        description:
+          'Control plane for dedicated GPU inference endpoints. Errors on OpenAI-style routes have the shape ' +
+          '`{"error": {"message", "type", "code", "param"}, "message"}`; on other routes `{"error": "<message>", "code"}`.',
+      },
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: `svc_live_` + 33 characters' },
+          adminToken: { type: 'http', scheme: 'bearer', description: 'The operator-provided ADMIN_TOKEN' },
+        },
+      },
+      paths,
+    };
+  }
+}
+
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): unknown {
+  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<
+    string,
+    unknown
+  >;
+  return rest;
+}
+
+export const simpleError = z
+  .object({ error: z.string(), code: z.string().optional() })
+  .describe('Error on a non-OpenAI route');
+export const openaiError = z
+  .object({
+    error: z.object({
+      message: z.string(),
+      type: z.string(),
+      code: z.string().nullable(),
+      param: z.string().nullable(),
+    }),
+    message: z.string(),
+  })
+  .describe('Error on an OpenAI-style route');

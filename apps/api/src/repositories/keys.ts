@@ -1,0 +1,138 @@
+// Data access for accounts and API keys. Prisma is imported only in repository modules: routes,
+// the auth path and the proxy see these narrow interfaces.
+import { Prisma, type PrismaClient } from '@berth/db';
+
+export type Scope = 'inference' | 'compute' | 'global';
+export const SCOPES = ['inference', 'compute', 'global'] as const satisfies readonly Scope[];
+
+export interface AccountRecord {
+  id: string;
+  name: string;
+  createdAt: Date;
+}
+
+export interface KeyRecord {
+  id: string;
+  accountId: string;
+  name: string;
+  scope: Scope;
+  prefix: string;
+  pinnedModel: string | null;
+  toolPin: string[];
+  createdAt: Date;
+  lastUsedAt: Date | null;
+  revokedAt: Date | null;
+}
+
+export interface NewKey {
+  id: string;
+  accountId: string;
+  name: string;
+  scope: Scope;
+  hash: string;
+  prefix: string;
+  pinnedModel: string | null;
+  toolPin: string[];
+}
+
+export interface KeyRepository {
+  createAccountWithKey(
+    account: { id: string; name: string },
+    key: NewKey,
+  ): Promise<{ account: AccountRecord; key: KeyRecord }>;
+  accountExists(id: string): Promise<boolean>;
+  createKey(key: NewKey): Promise<KeyRecord>;
+  /** The key with this hash, revoked or not. */
+  findByHash(hash: string): Promise<(KeyRecord & { hash: string }) | null>;
+  listForAccount(accountId: string): Promise<KeyRecord[]>;
+  /**
+   * Revokes the account's key. `changed` is false when it was already revoked (revocation is
+   * idempotent and keeps the first time). Null when the account has no such key.
+   */
+  revoke(
+    accountId: string,
+    keyId: string,
+    at: Date,
+  ): Promise<{ key: KeyRecord & { hash: string }; changed: boolean } | null>;
+  /** Writes last-used times in one statement. */
+  touch(lastUsed: ReadonlyMap<string, Date>): Promise<void>;
+}
+
+const keyColumns = {
+  id: true,
+  accountId: true,
+  name: true,
+  scope: true,
+  prefix: true,
+  pinnedModel: true,
+  toolPin: true,
+  createdAt: true,
+  lastUsedAt: true,
+  revokedAt: true,
+} as const;
+
+export function keyRepository(prisma: PrismaClient): KeyRepository {
+  return {
+    async createAccountWithKey(account, key) {
+      const created = await prisma.account.create({
+        data: { ...account, apiKeys: { create: { ...withoutAccount(key) } } },
+        include: { apiKeys: { select: keyColumns } },
+      });
+      const { apiKeys, ...acc } = created;
+      return { account: acc, key: apiKeys[0]! };
+    },
+    async accountExists(id) {
+      return (await prisma.account.count({ where: { id } })) > 0;
+    },
+    createKey(key) {
+      return prisma.apiKey.create({ data: key, select: keyColumns });
+    },
+    findByHash(hash) {
+      return prisma.apiKey.findUnique({ where: { hash }, select: { ...keyColumns, hash: true } });
+    },
+    listForAccount(accountId) {
+      return prisma.apiKey.findMany({
+        where: { accountId },
+        select: keyColumns,
+        orderBy: { createdAt: 'asc' },
+      });
+    },
+    async revoke(accountId, keyId, at) {
+      // The conditional update makes concurrent revocations agree on one revokedAt.
+      const { count } = await prisma.apiKey.updateMany({
+        where: { id: keyId, accountId, revokedAt: null },
+        data: { revokedAt: at },
+      });
+      const key = await prisma.apiKey.findFirst({
+        where: { id: keyId, accountId },
+        select: { ...keyColumns, hash: true },
+      });
+      return key ? { key, changed: count === 1 } : null;
+    },
+    async touch(lastUsed) {
+      if (lastUsed.size === 0) return;
+      const rows = [...lastUsed].map(([id, at]) => Prisma.sql`(${id}, ${at}::timestamptz)`);
+      await prisma.$executeRaw`
+        UPDATE api_keys SET last_used_at = v.at
+        FROM (VALUES ${Prisma.join(rows)}) AS v(id, at)
+        WHERE api_keys.id = v.id AND (api_keys.last_used_at IS NULL OR api_keys.last_used_at < v.at)`;
+    },
+  };
+}
+
+function withoutAccount(key: NewKey): Omit<NewKey, 'accountId'> {
+  const { accountId: _, ...rest } = key;
+  return rest;
+}
+
+export interface HealthRepository {
+  ping(): Promise<void>;
+}
+
+export function healthRepository(prisma: PrismaClient): HealthRepository {
+  return {
+    async ping() {
+      await prisma.$queryRaw`SELECT 1`;
+    },
+  };
+}

@@ -1,0 +1,67 @@
+import { z } from 'zod';
+import type { KeyRecord } from '../repositories/keys.ts';
+import { SCOPES } from '../repositories/keys.ts';
+import type { CreatedKey } from '../keys/service.ts';
+
+export const keyView = z.object({
+  id: z.string().describe('Key id (`key_…`), used to revoke it'),
+  name: z.string(),
+  scope: z.enum(SCOPES),
+  prefix: z.string().describe('The first characters of the value; the value itself is never shown again'),
+  pinnedModel: z.string().nullable(),
+  toolPin: z.array(z.string()),
+  state: z.enum(['active', 'revoked']),
+  createdAt: z.string().describe('ISO 8601'),
+  lastUsedAt: z
+    .string()
+    .nullable()
+    .describe('ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late'),
+  revokedAt: z.string().nullable(),
+});
+export const createdKeyView = keyView.extend({
+  value: z.string().describe('The key: shown in this response only'),
+});
+
+export function viewKey(k: KeyRecord): z.infer<typeof keyView> {
+  return {
+    id: k.id,
+    name: k.name,
+    scope: k.scope,
+    prefix: k.prefix,
+    pinnedModel: k.pinnedModel,
+    toolPin: k.toolPin,
+    state: k.revokedAt ? 'revoked' : 'active',
+    createdAt: k.createdAt.toISOString(),
+    lastUsedAt: k.lastUsedAt?.toISOString() ?? null,
+    revokedAt: k.revokedAt?.toISOString() ?? null,
+  };
+}
+
+export function viewCreatedKey(k: CreatedKey): z.infer<typeof createdKeyView> {
+  return { ...viewKey(k), value: k.value };
+}
+
+const toolId = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a tool id such as "olympus"');
+
+/** The body that creates a key, shared by the admin route and POST /api/keys. */
+export const createKeyBody = z
+  .strictObject({
+    name: z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters'),
+    scope: z.enum(SCOPES, { error: 'must be one of "inference", "compute", "global"' }),
+    pinnedModel: z
+      .string()
+      .trim()
+      .min(1)
+      .max(200)
+      .nullish()
+      .describe('Only on inference keys: overrides `model` on /api/b/chat/completions'),
+    toolPin: z
+      .array(toolId)
+      .max(32)
+      .optional()
+      .describe('Tools this key may use; empty or absent: every tool enabled for the account'),
+  })
+  .refine((b) => !b.pinnedModel || b.scope === 'inference', {
+    message: 'is only allowed on keys with scope "inference"',
+    path: ['pinnedModel'],
+  });

@@ -1,0 +1,128 @@
+// Composition root: configuration in, a listening API out. main.ts and the tests both use it.
+import { randomBytes } from 'node:crypto';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { openMigratedDatabase } from '@berth/db';
+import { createApp } from './app.ts';
+import type { Config } from './config.ts';
+import { keyHasher } from './keys/format.ts';
+import { localRevocationBus, postgresRevocationBus, type RevocationBus } from './keys/revocation-bus.ts';
+import { keyService, type KeyService } from './keys/service.ts';
+import { createLogger, type Logger } from './logger.ts';
+import { createMetrics } from './metrics.ts';
+import { healthRepository, keyRepository } from './repositories/keys.ts';
+import type { Lifecycle } from './routes/health.ts';
+
+export interface RunningApi {
+  url: string;
+  port: number;
+  adminToken: string;
+  keys: KeyService;
+  logger: Logger;
+  /** Stops accepting, lets requests in flight finish (up to SHUTDOWN_GRACE_MS), closes the database. */
+  close(): Promise<void>;
+}
+
+export async function startApi(config: Config, options: { logger?: Logger } = {}): Promise<RunningApi> {
+  const logger = options.logger ?? createLogger(config.LOG_LEVEL);
+  const db = await openMigratedDatabase(
+    config.DATABASE_URL
+      ? { kind: 'postgres', url: config.DATABASE_URL, poolSize: config.DB_POOL_SIZE }
+      : { kind: 'embedded', dataDir: path.join(config.BERTH_DATA_DIR, 'db') },
+  );
+  if (db.applied.length) logger.info({ migrations: db.applied }, 'applied database migrations');
+  if (db.kind === 'embedded')
+    logger.info(
+      { dataDir: config.BERTH_DATA_DIR },
+      'using the embedded database (set DATABASE_URL for PostgreSQL)',
+    );
+
+  let bus: RevocationBus | undefined;
+  let keys: KeyService | undefined;
+  try {
+    const adminToken = config.ADMIN_TOKEN ?? (await embeddedAdminToken(config.BERTH_DATA_DIR, logger));
+    bus = config.DATABASE_URL
+      ? await postgresRevocationBus({
+          url: config.DATABASE_URL,
+          ackTimeoutMs: config.REVOCATION_ACK_TIMEOUT_MS,
+          logger,
+        })
+      : localRevocationBus();
+    const metrics = createMetrics();
+    keys = keyService({
+      repo: keyRepository(db.prisma),
+      hash: keyHasher(config.KEY_HASH_SECRET),
+      bus,
+      metrics: { cacheLookup: (result) => metrics.keyCache.inc({ result }) },
+      touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
+    });
+    const lifecycle: Lifecycle = { shuttingDown: false };
+    const app = createApp({
+      config,
+      adminToken,
+      keys,
+      health: healthRepository(db.prisma),
+      metrics,
+      logger,
+      lifecycle,
+    });
+
+    const server = app.listen(config.PORT, config.HOST);
+    await new Promise<void>((resolve, reject) => {
+      server.once('listening', resolve);
+      server.once('error', reject);
+    });
+    // Streams may run for the whole wall-clock limit; Node's defaults would cut them.
+    server.requestTimeout = 0;
+    server.headersTimeout = 60_000;
+    server.keepAliveTimeout = 65_000;
+    const { port } = server.address() as AddressInfo;
+    const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
+    logger.info({ port, host: config.HOST }, 'Berth API listening');
+
+    const k = keys;
+    const b = bus;
+    let closing: Promise<void> | undefined;
+    return {
+      url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+      port,
+      adminToken,
+      keys: k,
+      logger,
+      close: () =>
+        (closing ??= (async () => {
+          lifecycle.shuttingDown = true;
+          const drained = new Promise<void>((resolve) => server.close(() => resolve()));
+          server.closeIdleConnections();
+          const grace = setTimeout(() => server.closeAllConnections(), config.SHUTDOWN_GRACE_MS);
+          await drained;
+          clearTimeout(grace);
+          await k.close();
+          await b.close();
+          await db.close();
+          logger.info('Berth API stopped');
+        })()),
+    };
+  } catch (err) {
+    await keys?.close();
+    await bus?.close();
+    await db.close();
+    throw err;
+  }
+}
+
+/**
+ * Without DATABASE_URL (a laptop, the quick start) the admin token may be left unset: one is
+ * generated once into the data directory, so the quick start can read it from there.
+ */
+async function embeddedAdminToken(dataDir: string, logger: Logger): Promise<string> {
+  const file = path.join(dataDir, 'admin-token');
+  const existing = await readFile(file, 'utf8').catch(() => undefined);
+  if (existing?.trim()) return existing.trim();
+  const token = randomBytes(24).toString('hex');
+  await mkdir(dataDir, { recursive: true });
+  await writeFile(file, token + '\n', { mode: 0o600 });
+  logger.info({ file }, 'generated an admin token (set ADMIN_TOKEN to choose one)');
+  return token;
+}
