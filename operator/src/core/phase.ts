@@ -162,7 +162,8 @@ export function decide(
     }
   }
 
-  const workloadFailure = wl.failure && wl.failure.kind !== 'Unschedulable' ? wl.failure : undefined;
+  const workloadFailure =
+    wl.failure && wl.failure.kind !== 'Unschedulable' ? { ...wl.failure, kind: wl.failure.kind } : undefined;
 
   if (m.wakeStartedAt) {
     if (wl.readyReplicas > 0) {

@@ -1,0 +1,131 @@
+import type { Catalog, Condition, DedicatedEndpoint, DedicatedEndpointStatus, Phase } from '@berth/crds';
+import { checkHardware, FINALIZER } from '@berth/crds';
+import type { Logger } from 'pino';
+import type { PhaseOptions } from './phase.ts';
+import { decide } from './phase.ts';
+import type { PreflightOptions } from './preflight.ts';
+import { preflight } from './preflight.ts';
+import type { HandlerResult } from './queue.ts';
+import type { EndpointStore, TerminationHook, WorkloadDriver } from './runtime.ts';
+import type { Decision, Observed, PreflightResult } from './types.ts';
+
+export interface ReconcileDeps {
+  store: EndpointStore;
+  driver: WorkloadDriver;
+  termination: TerminationHook;
+  catalog: Catalog;
+  phase: PhaseOptions;
+  preflight: PreflightOptions;
+  log: Logger;
+  now?: () => Date;
+  onDecision?: (ep: DedicatedEndpoint, decision: Decision) => void;
+}
+
+/** One level-triggered pass for one key: read the cache, decide, apply, write status once. */
+export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<HandlerResult> {
+  const ep = deps.store.get(key);
+  if (!ep) return; // deleted; owner references garbage-collect the children
+  const log = deps.log.child({ endpoint: key });
+  const now = deps.now?.() ?? new Date();
+  const finalizers = ep.metadata.finalizers ?? [];
+
+  if (ep.metadata.deletionTimestamp) {
+    if (!finalizers.includes(FINALIZER)) return;
+    await deps.termination.onTerminate(ep);
+    await deps.store.setFinalizer(ep, false);
+    log.info('endpoint terminated; finalizer removed');
+    return;
+  }
+  if (!finalizers.includes(FINALIZER)) {
+    await deps.store.setFinalizer(ep, true);
+    log.debug('finalizer added');
+  }
+
+  const generation = ep.metadata.generation ?? 0;
+  const hw = checkHardware(deps.catalog, ep.spec.hardware);
+  const instanceType = hw.ok ? hw.instanceType : undefined;
+  const status = ep.status ?? {};
+  const failedThisGeneration = status.failure?.generation === generation;
+
+  let pf: PreflightResult | undefined;
+  if (instanceType && status.preflightGeneration !== generation && !failedThisGeneration) {
+    pf = await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight);
+    log.info({ preflight: pf }, 'model checks ran');
+  }
+
+  const observed: Observed = {
+    workload: await deps.driver.observe(ep),
+    hardware: hw.ok ? { ok: true } : { ok: false, message: `${hw.field}: ${hw.message}` },
+    ...(pf ? { preflight: pf } : {}),
+  };
+  const decision = decide(ep, observed, now, deps.phase);
+  await deps.driver.apply(ep, instanceType, decision.desiredReplicas);
+
+  const next = nextStatus(ep, decision, observed, deps.driver.url(ep), now);
+  if (!sameStatus(status, next)) await deps.store.writeStatus(ep, next);
+  for (const event of decision.events) {
+    await deps.store.recordEvent(ep, event);
+  }
+  if (decision.phase !== status.phase) {
+    log.info(
+      { from: status.phase ?? null, to: decision.phase, reason: decision.reason },
+      `endpoint is now ${decision.phase}`,
+    );
+  }
+  deps.onDecision?.(ep, decision);
+  return decision.requeueAfterMs !== undefined ? { requeueAfterMs: decision.requeueAfterMs } : undefined;
+}
+
+export function nextStatus(
+  ep: DedicatedEndpoint,
+  d: Decision,
+  observed: Observed,
+  url: string,
+  now: Date,
+): DedicatedEndpointStatus {
+  const prev = ep.status ?? {};
+  const generation = ep.metadata.generation ?? 0;
+  const conditions: Condition[] = d.conditions.map((c) => {
+    const old = prev.conditions?.find((o) => o.type === c.type);
+    const same = old?.status === c.status;
+    return {
+      ...c,
+      observedGeneration: generation,
+      lastTransitionTime: same && old?.lastTransitionTime ? old.lastTransitionTime : now.toISOString(),
+    };
+  });
+  const phaseChanged = prev.phase !== d.phase;
+  return stripUndefined({
+    phase: d.phase,
+    reason: d.reason,
+    message: d.message,
+    observedGeneration: generation,
+    replicas: observed.workload.replicas,
+    readyReplicas: observed.workload.readyReplicas,
+    url,
+    lastTransitionTime:
+      phaseChanged || !prev.lastTransitionTime ? now.toISOString() : prev.lastTransitionTime,
+    conditions,
+    ...d.memory,
+  });
+}
+
+function stripUndefined<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
+}
+
+function sameStatus(a: DedicatedEndpointStatus, b: DedicatedEndpointStatus): boolean {
+  return canonical(a) === canonical(b);
+}
+
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const entries = Object.entries(v as Record<string, unknown>).filter(([, x]) => x !== undefined);
+    entries.sort(([a], [b]) => (a < b ? -1 : 1));
+    return `{${entries.map(([k, x]) => `${k}:${canonical(x)}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+export type { Phase };

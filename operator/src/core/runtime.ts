@@ -1,0 +1,33 @@
+import type { DedicatedEndpoint, DedicatedEndpointStatus, InstanceType } from '@berth/crds';
+import type { HubToken } from './preflight.ts';
+import type { ObservedWorkload, PhaseEvent } from './types.ts';
+
+// The narrow interface between the reconcile loop and a runtime (Kubernetes today, local processes
+// later). Reads come from the runtime's cache; writes are idempotent.
+
+export interface EndpointStore {
+  /** The endpoint from the cache, by key "namespace/name". */
+  get(key: string): DedicatedEndpoint | undefined;
+  /** Replace status (one write per pass). */
+  writeStatus(ep: DedicatedEndpoint, status: DedicatedEndpointStatus): Promise<void>;
+  setFinalizer(ep: DedicatedEndpoint, present: boolean): Promise<void>;
+  recordEvent(ep: DedicatedEndpoint, event: PhaseEvent): Promise<void>;
+}
+
+export interface WorkloadDriver {
+  observe(ep: DedicatedEndpoint): Promise<ObservedWorkload>;
+  /**
+   * Make the workload match: the engine at `replicas` (0 keeps the definition but runs nothing).
+   * `instanceType` is undefined when the hardware is not in the catalog: then only scale to zero.
+   */
+  apply(ep: DedicatedEndpoint, instanceType: InstanceType | undefined, replicas: number): Promise<void>;
+  /** Where the proxy reaches the endpoint. */
+  url(ep: DedicatedEndpoint): string;
+  /** The hub token named by spec.model.hubTokenSecretRef. */
+  hubToken(ep: DedicatedEndpoint): Promise<HubToken>;
+}
+
+/** Effects outside the runtime that must happen before an endpoint is gone (billing). */
+export interface TerminationHook {
+  onTerminate(ep: DedicatedEndpoint): Promise<void>;
+}

@@ -1,0 +1,11 @@
+export { startOperator } from './operator.ts';
+export type { OperatorDeps, OperatorHandle } from './operator.ts';
+export { configFromEnv, ConfigError, EnvSchema, DEFAULT_ENGINE_IMAGE } from './config.ts';
+export type { OperatorConfig } from './config.ts';
+export { decide, replicasForLoad } from './core/phase.ts';
+export { WorkQueue, TerminalError } from './core/queue.ts';
+export { reconcileKey } from './core/reconcile.ts';
+export type { EndpointStore, WorkloadDriver, TerminationHook } from './core/runtime.ts';
+export type * from './core/types.ts';
+export { desiredDeployment, desiredService, desiredCacheClaim } from './k8s/builders.ts';
+export type { BuildConfig, ModelCache } from './k8s/builders.ts';

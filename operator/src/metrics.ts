@@ -1,0 +1,82 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { PHASES } from '@berth/crds';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+// Closed label vocabularies only: result ∈ queue outcomes, phase ∈ PHASES, kind ∈ informer kinds.
+
+export function createMetrics() {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'berth_operator_' });
+  const metrics = {
+    registry,
+    reconciles: new Counter({
+      name: 'berth_operator_reconciles_total',
+      help: 'Reconcile passes by result',
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
+    errors: new Counter({
+      name: 'berth_operator_errors_total',
+      help: 'Errors by where they happened',
+      labelNames: ['where'] as const,
+      registers: [registry],
+    }),
+    queueDepth: new Gauge({
+      name: 'berth_operator_queue_depth',
+      help: 'Keys waiting in the work queue',
+      registers: [registry],
+    }),
+    endpoints: new Gauge({
+      name: 'berth_operator_endpoints',
+      help: 'Endpoints per phase',
+      labelNames: ['phase'] as const,
+      registers: [registry],
+    }),
+    wakeDuration: new Histogram({
+      name: 'berth_operator_wake_duration_seconds',
+      help: 'From wake request to a Ready replica',
+      buckets: [1, 5, 10, 20, 30, 60, 120, 300, 600],
+      registers: [registry],
+    }),
+    reconcileDuration: new Histogram({
+      name: 'berth_operator_reconcile_duration_seconds',
+      help: 'Duration of one reconcile pass',
+      buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10],
+      registers: [registry],
+    }),
+    leader: new Gauge({
+      name: 'berth_operator_leader',
+      help: '1 while this replica holds the lease',
+      registers: [registry],
+    }),
+  };
+  for (const p of PHASES) metrics.endpoints.set({ phase: p }, 0);
+  return metrics;
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;
+
+/** /metrics, /healthz (process alive), /readyz (caches synced, or standing by as a follower). */
+export async function serveMetrics(
+  metrics: Metrics,
+  port: number,
+  ready: () => boolean,
+): Promise<{ server: Server; port: number }> {
+  const server = createServer((req, res) => {
+    if (req.url === '/metrics') {
+      metrics.registry
+        .metrics()
+        .then((body) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body))
+        .catch((err: Error) => res.writeHead(500).end(err.message));
+    } else if (req.url === '/healthz') res.writeHead(200).end('ok');
+    else if (req.url === '/readyz')
+      ready() ? res.writeHead(200).end('ok') : res.writeHead(503).end('not ready');
+    else res.writeHead(404).end();
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, resolve);
+  });
+  return { server, port: (server.address() as AddressInfo).port };
+}
