@@ -70,9 +70,10 @@ export async function serveMetrics(
         .then((body) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body))
         .catch((err: Error) => res.writeHead(500).end(err.message));
     } else if (req.url === '/healthz') res.writeHead(200).end('ok');
-    else if (req.url === '/readyz')
-      ready() ? res.writeHead(200).end('ok') : res.writeHead(503).end('not ready');
-    else res.writeHead(404).end();
+    else if (req.url === '/readyz') {
+      if (ready()) res.writeHead(200).end('ok');
+      else res.writeHead(503).end('not ready');
+    } else res.writeHead(404).end();
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
