@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import { configFromEnv } from '../src/config.ts';
+
+describe('configFromEnv', () => {
+  it('has working defaults', () => {
+    const c = configFromEnv({});
+    expect(c).toMatchObject({
+      namespace: '',
+      hfEndpoint: 'https://huggingface.co',
+      engineImage: 'vllm/vllm-openai:v0.11.0',
+      modelCache: { kind: 'hostPath', path: '/var/lib/berth/hf-cache' },
+      leaderElection: true,
+      leaseNamespace: 'berth-system',
+      metricsPort: 8080,
+    });
+    expect(c.catalog.instanceTypes.length).toBeGreaterThan(0);
+  });
+
+  it('parses cache modes', () => {
+    expect(configFromEnv({ BERTH_MODEL_CACHE: 'pvc:200Gi:fast' }).modelCache).toEqual({
+      kind: 'pvc',
+      sizeGiB: 200,
+      accessMode: 'ReadWriteOnce',
+      storageClassName: 'fast',
+    });
+    expect(configFromEnv({ BERTH_MODEL_CACHE: 'emptyDir' }).modelCache).toEqual({ kind: 'emptyDir' });
+  });
+
+  it('names every variable to fix', () => {
+    expect(() =>
+      configFromEnv({
+        HF_ENDPOINT: 'not a url',
+        BERTH_WAKE_TIMEOUT_SECONDS: 'soon',
+        BERTH_MODEL_CACHE: 'nfs',
+        BERTH_NAMESPACE: 'Bad_NS',
+      }),
+    ).toThrowError(
+      /HF_ENDPOINT: HF_ENDPOINT must be a URL[\s\S]*BERTH_WAKE_TIMEOUT_SECONDS[\s\S]*BERTH_MODEL_CACHE must be[\s\S]*BERTH_NAMESPACE must be/,
+    );
+    expect(() => configFromEnv({ BERTH_CATALOG_FILE: '/nope.yaml' })).toThrowError(
+      /BERTH_CATALOG_FILE=\/nope.yaml cannot be read/,
+    );
+  });
+});
