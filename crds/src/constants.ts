@@ -20,6 +20,12 @@ export const ENDPOINT_ID_PREFIX = 'endpt-';
 export const ANNOTATION_LAST_ACTIVITY = 'berth.dev/last-activity';
 /** RFC3339 time a request or an explicit wake reached a hibernated endpoint. Set by the API. */
 export const ANNOTATION_WAKE_REQUESTED = 'berth.dev/wake-requested-at';
+/**
+ * Optional: requests the API currently has in flight (or waiting) for this endpoint, written with
+ * ANNOTATION_LAST_ACTIVITY. The operator scales between min and max replicas on it, and ignores it
+ * once the last-activity annotation is older than 3 × ACTIVITY_REFRESH_SECONDS (a crashed API).
+ */
+export const ANNOTATION_IN_FLIGHT = 'berth.dev/in-flight';
 /** The API refreshes ANNOTATION_LAST_ACTIVITY at least this often while a request is in flight. */
 export const ACTIVITY_REFRESH_SECONDS = 10;
 

@@ -316,3 +316,14 @@ describe('replicasForLoad', () => {
     expect(replicasForLoad(1000, 0, 4, p)).toBe(4);
   });
 });
+
+describe('reportedInFlight', () => {
+  it('reads the API-reported load only while the activity annotation is fresh', async () => {
+    const { reportedInFlight } = await import('../src/core/reconcile.ts');
+    const e = (inFlight: string, lastActivity: string) =>
+      endpoint({}, 1, { 'berth.dev/in-flight': inFlight, [ANNOTATION_LAST_ACTIVITY]: lastActivity });
+    expect(reportedInFlight(e('40', ago(5)), T0)).toBe(40);
+    expect(reportedInFlight(e('40', ago(60)), T0)).toBeUndefined();
+    expect(reportedInFlight(e('x', ago(5)), T0)).toBeUndefined();
+  });
+});

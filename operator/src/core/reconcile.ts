@@ -1,5 +1,11 @@
 import type { Catalog, Condition, DedicatedEndpoint, DedicatedEndpointStatus, Phase } from '@berth/crds';
-import { checkHardware, FINALIZER } from '@berth/crds';
+import {
+  ACTIVITY_REFRESH_SECONDS,
+  ANNOTATION_IN_FLIGHT,
+  ANNOTATION_LAST_ACTIVITY,
+  checkHardware,
+  FINALIZER,
+} from '@berth/crds';
 import type { Logger } from 'pino';
 import type { PhaseOptions } from './phase.ts';
 import { decide } from './phase.ts';
@@ -53,8 +59,9 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
     log.info({ preflight: pf }, 'model checks ran');
   }
 
+  const workload = await deps.driver.observe(ep);
   const observed: Observed = {
-    workload: await deps.driver.observe(ep),
+    workload: { ...workload, inFlight: workload.inFlight ?? reportedInFlight(ep, now) },
     hardware: hw.ok ? { ok: true } : { ok: false, message: `${hw.field}: ${hw.message}` },
     ...(pf ? { preflight: pf } : {}),
   };
@@ -74,6 +81,15 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
   }
   deps.onDecision?.(ep, decision);
   return decision.requeueAfterMs !== undefined ? { requeueAfterMs: decision.requeueAfterMs } : undefined;
+}
+
+/** In-flight count the API reported on the resource, if its activity annotation is fresh. */
+export function reportedInFlight(ep: DedicatedEndpoint, now: Date): number | undefined {
+  const a = ep.metadata.annotations ?? {};
+  const n = Number(a[ANNOTATION_IN_FLIGHT]);
+  const at = Date.parse(a[ANNOTATION_LAST_ACTIVITY] ?? '');
+  if (!Number.isInteger(n) || n < 0 || Number.isNaN(at)) return undefined;
+  return now.getTime() - at <= 3 * ACTIVITY_REFRESH_SECONDS * 1000 ? n : undefined;
 }
 
 export function nextStatus(
