@@ -136,7 +136,9 @@ export async function startOperator(
       config.resyncSeconds * 1000,
     );
     resync.unref();
+    let halted = false;
     const started = runtime.start().then(() => {
+      if (halted) return;
       c.synced = true;
       log.info(
         { namespace: config.namespace || '(all)', endpoints: runtime.keys().length },
@@ -145,6 +147,7 @@ export async function startOperator(
       for (const k of runtime.keys()) queue.add(k);
     });
     c.stop = async () => {
+      halted = true;
       clearInterval(tick);
       clearInterval(resync);
       await runtime.stop();
