@@ -87,7 +87,7 @@ function hardwareRules(catalog: Catalog): JsonSchema[] {
     rule: `self.gpuType != '${t.id}' || self.gpuCount in [${t.allowedGpuCounts.join(', ')}]`,
     message: `spec.hardware.gpuCount must be one of ${t.allowedGpuCounts.join(', ')} for gpuType ${t.id}`,
     fieldPath: '.gpuCount',
-    reason: 'FieldValueNotSupported',
+    reason: 'FieldValueInvalid',
   }));
 }
 
