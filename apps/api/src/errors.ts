@@ -90,7 +90,7 @@ export function errorFrame(err: ApiError): string {
 
 // OpenAI-style routes (spec §7.1) answer in the dual shape; every other route in the simple one.
 const openaiRoutes =
-  /^\/api\/(?:chat\/completions|b\/|d\/|embeddings|models|completions|responses|olympus)(?:\/|$|\?)?/;
+  /^\/api\/(?:b\/|d\/|olympus(?:[/?]|$)|(?:chat\/completions|embeddings|models|completions|responses)(?:[/?]|$))/;
 
 export function familyOf(path: string): ErrorFamily {
   return openaiRoutes.test(path) ? 'openai' : 'simple';

@@ -54,7 +54,10 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
       bus,
-      metrics: { cacheLookup: (result) => metrics.keyCache.inc({ result }) },
+      metrics: {
+        cacheLookup: (result) => metrics.keyCache.inc({ result }),
+        revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
+      },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
     });
     const lifecycle: Lifecycle = { shuttingDown: false };

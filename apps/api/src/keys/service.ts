@@ -32,6 +32,8 @@ export interface CreatedKey extends KeyRecord {
 
 export interface KeyServiceMetrics {
   cacheLookup(result: 'hit' | 'miss'): void;
+  /** `confirmed`: every replica acknowledged; `unconfirmed`: some did not within the timeout. */
+  revocation(outcome: 'confirmed' | 'unconfirmed'): void;
 }
 
 export interface KeyService {
@@ -188,7 +190,8 @@ export function keyService(deps: {
       // Published even when it was already revoked: a replica that missed the first notice
       // (or a retry after a timeout) gets another chance, and it costs nothing.
       evict(result.key.id, result.key.hash);
-      await bus.publish({ keyId: result.key.id, hash: result.key.hash });
+      const { expected, acknowledged } = await bus.publish({ keyId: result.key.id, hash: result.key.hash });
+      deps.metrics?.revocation(acknowledged >= expected ? 'confirmed' : 'unconfirmed');
       const { hash: _, ...key } = result.key;
       return key;
     },

@@ -1,0 +1,177 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApi, type TestApi } from '../../../test/support/api.ts';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(async () => api?.stop());
+
+async function count(table: 'accounts' | 'api_keys'): Promise<number> {
+  const c = new pg.Client({ connectionString: api.db.url });
+  await c.connect();
+  const { rows } = await c.query(`SELECT count(*)::int AS n FROM ${table}`);
+  await c.end();
+  return rows[0].n;
+}
+
+describe('POST /admin/accounts (signup)', () => {
+  it('creates the account and its default inference key, shown once', async () => {
+    const res = await api.admin('/admin/accounts', {
+      method: 'POST',
+      body: JSON.stringify({ name: 'Acme' }),
+    });
+    expect(res.status).toBe(201);
+    const body = await res.json();
+    expect(body.account).toMatchObject({ id: expect.stringMatching(/^acct_/), name: 'Acme' });
+    expect(body.key).toMatchObject({
+      id: expect.stringMatching(/^key_/),
+      name: 'default',
+      scope: 'inference',
+      state: 'active',
+      prefix: body.key.value.slice(0, 13),
+      value: expect.stringMatching(/^svc_live_[A-Za-z0-9]{33}$/),
+    });
+    expect(body.key.value).toHaveLength(42);
+  });
+
+  it('accepts an empty body', async () => {
+    const res = await api.admin('/admin/accounts', { method: 'POST' });
+    expect(res.status).toBe(201);
+  });
+
+  it('stores only a hash of the key, never the value', async () => {
+    const res = await api.admin('/admin/accounts', { method: 'POST', body: '{}' });
+    const { key } = await res.json();
+    const c = new pg.Client({ connectionString: api.db.url });
+    await c.connect();
+    const { rows } = await c.query('SELECT * FROM api_keys WHERE id = $1', [key.id]);
+    await c.end();
+    expect(rows).toHaveLength(1);
+    expect(JSON.stringify(rows[0])).not.toContain(key.value.slice(13));
+    expect(rows[0].hash).toMatch(/^[0-9a-f]{64}$/);
+  });
+});
+
+describe('POST /admin/accounts/{id}/keys', () => {
+  it('creates a key of any scope for the account', async () => {
+    const { account } = await (await api.admin('/admin/accounts', { method: 'POST', body: '{}' })).json();
+    for (const scope of ['inference', 'compute', 'global']) {
+      const res = await api.admin(`/admin/accounts/${account.id}/keys`, {
+        method: 'POST',
+        body: JSON.stringify({ name: `k-${scope}`, scope }),
+      });
+      expect(res.status).toBe(201);
+      expect(await res.json()).toMatchObject({
+        scope,
+        name: `k-${scope}`,
+        value: expect.stringMatching(/^svc_live_/),
+      });
+    }
+    const pinned = await api.admin(`/admin/accounts/${account.id}/keys`, {
+      method: 'POST',
+      body: JSON.stringify({ name: 'pinned', scope: 'inference', pinnedModel: 'llama-3.1-8b-instruct' }),
+    });
+    expect(await pinned.json()).toMatchObject({ pinnedModel: 'llama-3.1-8b-instruct' });
+  });
+
+  it('404 for an unknown account, and nothing is written', async () => {
+    const before = await count('api_keys');
+    const res = await api.admin('/admin/accounts/acct_nope/keys', {
+      method: 'POST',
+      body: JSON.stringify({ name: 'x', scope: 'global' }),
+    });
+    expect(res.status).toBe(404);
+    expect(await res.json()).toEqual({ error: 'Account not found', code: 'not_found' });
+    expect(await count('api_keys')).toBe(before);
+  });
+});
+
+describe('admin authentication and bad input', () => {
+  it('401 without the admin token, with a wrong one, or with an API key', async () => {
+    const none = await fetch(api.url + '/admin/accounts', { method: 'POST' });
+    expect(none.status).toBe(401);
+    expect(await none.json()).toEqual({
+      error: 'Missing or invalid Authorization header',
+      code: 'missing_authorization',
+    });
+
+    const wrong = await fetch(api.url + '/admin/accounts', {
+      method: 'POST',
+      headers: { authorization: 'Bearer not-the-admin-token-at-all' },
+    });
+    expect(wrong.status).toBe(401);
+    expect(await wrong.json()).toEqual({ error: 'Invalid admin token', code: 'invalid_admin_token' });
+
+    const acct = await api.newAccount();
+    const key = await fetch(api.url + '/admin/accounts', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${acct.global}` },
+    });
+    expect(key.status).toBe(401);
+  });
+
+  it('each bad body is a clear 4xx and writes nothing', async () => {
+    const { account } = await (await api.admin('/admin/accounts', { method: 'POST', body: '{}' })).json();
+    const accounts = await count('accounts');
+    const keys = await count('api_keys');
+    const cases: [RequestInit, number, string][] = [
+      [{ body: '{"name": "x", "scope": ' }, 400, 'Malformed JSON in request body'],
+      [
+        { body: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } },
+        415,
+        'Content-Type must be application/json',
+      ],
+      [
+        { body: JSON.stringify({ name: 'x'.repeat(2_000_000), scope: 'global' }) },
+        413,
+        'Request body too large',
+      ],
+      [
+        { body: JSON.stringify({ name: 'x', scope: 'admin' }) },
+        400,
+        'Invalid request body: scope: must be one of "inference", "compute", "global"',
+      ],
+      [
+        { body: JSON.stringify({ name: 42, scope: 'global' }) },
+        400,
+        'Invalid request body: name: Invalid input: expected string, received number',
+      ],
+      [
+        { body: JSON.stringify({ name: '', scope: 'global' }) },
+        400,
+        'Invalid request body: name: must not be empty',
+      ],
+      [
+        { body: JSON.stringify({ name: 'x', scope: 'global', extra: 1 }) },
+        400,
+        'Invalid request body: Unrecognized key: "extra"',
+      ],
+      [
+        { body: JSON.stringify({ name: 'x', scope: 'global', pinnedModel: 'm' }) },
+        400,
+        'Invalid request body: pinnedModel: is only allowed on keys with scope "inference"',
+      ],
+      [
+        { body: JSON.stringify({ name: 'x', scope: 'inference', toolPin: ['Bad Tool'] }) },
+        400,
+        'Invalid request body: toolPin.0: must be a tool id such as "olympus"',
+      ],
+      [
+        { body: JSON.stringify(['x']) },
+        400,
+        'Invalid request body: Invalid input: expected object, received array',
+      ],
+      [{}, 400, 'The request body must be a JSON object'],
+    ];
+    for (const [init, status, message] of cases) {
+      const res = await api.admin(`/admin/accounts/${account.id}/keys`, { method: 'POST', ...init });
+      expect(res.status, message).toBe(status);
+      expect(await res.json(), message).toMatchObject({ error: message });
+      expect(res.headers.get('x-request-id')).toBeTruthy();
+    }
+    expect(await count('accounts')).toBe(accounts);
+    expect(await count('api_keys')).toBe(keys);
+  });
+});

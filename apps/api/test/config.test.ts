@@ -1,0 +1,44 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, parseConfig } from '../src/config.ts';
+
+describe('configuration', () => {
+  it('has defaults that run on a laptop with nothing set', () => {
+    const c = parseConfig({});
+    expect(c.PORT).toBe(8080);
+    expect(c.DATABASE_URL).toBeUndefined();
+    expect(c.BERTH_DATA_DIR).toBe('.data');
+    expect(c.MAX_BODY_BYTES).toBe(1_048_576);
+    expect(c.BERTH_MODELS.length).toBeGreaterThan(0);
+  });
+
+  it('treats empty variables as unset', () => {
+    expect(parseConfig({ PORT: '', DATABASE_URL: '' }).PORT).toBe(8080);
+  });
+
+  it('names the variable and says what to fix', () => {
+    const attempt = (env: Record<string, string>) => {
+      try {
+        parseConfig(env);
+      } catch (err) {
+        expect(err).toBeInstanceOf(ConfigError);
+        return (err as Error).message;
+      }
+      throw new Error('expected a ConfigError');
+    };
+    expect(attempt({ PORT: 'eighty' })).toContain('PORT: must be a number');
+    expect(attempt({ PORT: '70000' })).toContain('PORT: must be between 0 and 65535 (got "70000")');
+    expect(attempt({ DATABASE_URL: 'mysql://x' })).toContain(
+      'DATABASE_URL: must be a postgres:// or postgresql:// URL',
+    );
+    expect(attempt({ DATABASE_URL: 'postgres://x/y' })).toContain(
+      'ADMIN_TOKEN: is required when DATABASE_URL is set',
+    );
+    expect(attempt({ ADMIN_TOKEN: 'short' })).toContain('ADMIN_TOKEN: must be at least 16 characters');
+    expect(attempt({ ADMIN_TOKEN: 'short' })).not.toContain('"short"');
+    expect(attempt({ LOG_LEVEL: 'loud' })).toContain('LOG_LEVEL: must be one of');
+  });
+
+  it('reports every problem at once', () => {
+    expect(() => parseConfig({ PORT: 'x', MAX_BODY_BYTES: '-1' })).toThrow(/PORT[\s\S]*MAX_BODY_BYTES/);
+  });
+});

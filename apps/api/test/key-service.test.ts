@@ -1,0 +1,153 @@
+import { describe, expect, it } from 'vitest';
+import { ApiError } from '../src/errors.ts';
+import { keyHasher } from '../src/keys/format.ts';
+import { localRevocationBus, type RevocationBus } from '../src/keys/revocation-bus.ts';
+import { keyService } from '../src/keys/service.ts';
+import type { KeyRecord, KeyRepository, NewKey } from '../src/repositories/keys.ts';
+
+// A tiny in-memory repository that counts lookups: the service's only contact with the database.
+function memoryRepo() {
+  const rows = new Map<string, KeyRecord & { hash: string }>();
+  let lookups = 0;
+  let gate: Promise<void> | undefined;
+  const repo: KeyRepository = {
+    async createAccountWithKey(account, key) {
+      const k = await repo.createKey(key);
+      return { account: { ...account, createdAt: new Date() }, key: k };
+    },
+    async accountExists() {
+      return true;
+    },
+    async createKey(key: NewKey) {
+      const row = { ...key, createdAt: new Date(), lastUsedAt: null, revokedAt: null };
+      rows.set(key.id, row);
+      return row;
+    },
+    async findByHash(hash) {
+      lookups++;
+      const found = [...rows.values()].find((r) => r.hash === hash) ?? null;
+      const snapshot = found ? { ...found } : null;
+      await gate;
+      return snapshot;
+    },
+    async listForAccount(accountId) {
+      return [...rows.values()].filter((r) => r.accountId === accountId);
+    },
+    async revoke(accountId, keyId, at) {
+      const row = rows.get(keyId);
+      if (!row || row.accountId !== accountId) return null;
+      const changed = !row.revokedAt;
+      row.revokedAt ??= at;
+      return { key: { ...row }, changed };
+    },
+    async touch() {},
+  };
+  return {
+    repo,
+    lookups: () => lookups,
+    hold() {
+      let release!: () => void;
+      gate = new Promise((r) => (release = r));
+      return () => {
+        gate = undefined;
+        release();
+      };
+    },
+  };
+}
+
+function setup(bus: RevocationBus = localRevocationBus()) {
+  const mem = memoryRepo();
+  const keys = keyService({ repo: mem.repo, hash: keyHasher(), bus, touchIntervalMs: 60_000 });
+  return { mem, keys, bus };
+}
+
+describe('key verification', () => {
+  it('a warm key costs no lookup', async () => {
+    const { mem, keys } = setup();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    expect(await keys.verify(k.value)).toMatchObject({
+      ok: true,
+      principal: { keyId: k.id, accountId: 'a', scope: 'inference' },
+    });
+    for (let i = 0; i < 100; i++) await keys.verify(k.value);
+    expect(mem.lookups()).toBe(1);
+    await keys.close();
+  });
+
+  it('a malformed key costs no lookup', async () => {
+    const { mem, keys } = setup();
+    expect(await keys.verify('svc_live_nope')).toEqual({ ok: false, code: 'invalid_api_key' });
+    expect(mem.lookups()).toBe(0);
+    await keys.close();
+  });
+
+  it('revocation evicts the key at once', async () => {
+    const { keys } = setup();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'global' });
+    await keys.verify(k.value);
+    await keys.revoke('a', k.id);
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'invalid_api_key' });
+    await keys.close();
+  });
+
+  it('a revocation during a lookup keeps the stale row out of the cache', async () => {
+    const { mem, keys, bus } = setup();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'global' });
+    const release = mem.hold();
+    const pending = keys.verify(k.value); // reads the row while it is still active
+    await keys.revoke('a', k.id);
+    void bus;
+    release();
+    expect((await pending).ok).toBe(true); // it was valid when read
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'invalid_api_key' });
+    await keys.close();
+  });
+
+  it('while the revocation bus is unhealthy, nothing is served from the cache', async () => {
+    const bus = { ...localRevocationBus(), healthy: true };
+    const { mem, keys } = setup(bus);
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'global' });
+    await keys.verify(k.value);
+    bus.healthy = false;
+    await keys.verify(k.value);
+    await keys.verify(k.value);
+    expect(mem.lookups()).toBe(3);
+    await keys.close();
+  });
+});
+
+describe('requests in flight', () => {
+  it('are aborted with 401 Invalid API key when their key is revoked, here or on another replica', async () => {
+    const bus = localRevocationBus();
+    const { keys } = setup(bus);
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    const other = await keys.createKey({ accountId: 'a', name: 'other', scope: 'inference' });
+    const first = keys.track(k.id);
+    const second = keys.track(k.id);
+    const unrelated = keys.track(other.id);
+    await keys.revoke('a', k.id);
+    for (const t of [first, second]) {
+      expect(t.signal.aborted).toBe(true);
+      expect(t.signal.reason).toBeInstanceOf(ApiError);
+      expect((t.signal.reason as ApiError).message).toBe('Invalid API key');
+    }
+    expect(unrelated.signal.aborted).toBe(false);
+
+    // A notice from another replica (the bus) aborts too.
+    const remote = keys.track(other.id);
+    await bus.publish({ keyId: other.id, hash: 'irrelevant' });
+    expect(remote.signal.aborted).toBe(true);
+    await keys.close();
+  });
+
+  it('released requests are forgotten', async () => {
+    const { keys } = setup();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    const t = keys.track(k.id);
+    t.release();
+    await keys.revoke('a', k.id);
+    expect(t.signal.aborted).toBe(false);
+    await keys.close();
+  });
+});
