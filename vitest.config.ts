@@ -16,6 +16,7 @@ export default defineConfig({
         test: {
           name: 'integration',
           include: ['**/*.int.test.ts'],
+          globalSetup: ['./test/cluster/global-setup.ts'],
           exclude: ['**/node_modules/**'],
           testTimeout: 60_000,
           hookTimeout: 120_000,
