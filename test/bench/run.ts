@@ -1,0 +1,17 @@
+// `npm run bench [name...]`: runs the named benchmarks (default: all) and prints Markdown for
+// BENCHMARKS.md. Every figure is measured in the same run as its baseline.
+import { benchAuth } from './auth.ts';
+
+const benches: Record<string, () => Promise<string>> = {
+  auth: benchAuth,
+};
+
+const names = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(benches);
+for (const name of names) {
+  const bench = benches[name];
+  if (!bench) {
+    console.error(`unknown benchmark ${name}; known: ${Object.keys(benches).join(', ')}`);
+    process.exit(2);
+  }
+  process.stdout.write((await bench()) + '\n\n');
+}
