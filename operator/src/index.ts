@@ -9,3 +9,4 @@ export type { EndpointStore, WorkloadDriver, TerminationHook } from './core/runt
 export type * from './core/types.ts';
 export { desiredDeployment, desiredService, desiredCacheClaim } from './k8s/builders.ts';
 export type { BuildConfig, ModelCache } from './k8s/builders.ts';
+export { supervise } from './k8s/informers.ts';

@@ -9,7 +9,7 @@ import { reconcileKey } from './core/reconcile.ts';
 import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
 import { LeaderElector } from './k8s/leader.ts';
-import { KubeRuntime } from './k8s/runtime.ts';
+import { apiErrorText, KubeRuntime } from './k8s/runtime.ts';
 import type { Metrics } from './metrics.ts';
 import { createMetrics, serveMetrics } from './metrics.ts';
 
@@ -226,8 +226,5 @@ function loadKubeConfig(path: string | undefined): KubeConfig {
 }
 
 function errorText(err: unknown): string | undefined {
-  if (!err) return undefined;
-  const e = err as { message?: string; code?: number; body?: unknown };
-  const body = typeof e.body === 'string' ? e.body : e.body ? JSON.stringify(e.body) : '';
-  return [e.code, e.message, body.slice(0, 500)].filter(Boolean).join(' ');
+  return err ? apiErrorText(err) : undefined;
 }

@@ -260,7 +260,7 @@ export class KubeRuntime implements EndpointStore, WorkloadDriver {
       await this.events.createNamespacedEvent({
         namespace: ep.metadata.namespace!,
         body: {
-          metadata: { generateName: `${ep.metadata.name}.`, namespace: ep.metadata.namespace },
+          metadata: { generateName: `${ep.metadata.name}-`, namespace: ep.metadata.namespace },
           eventTime: new V1MicroTime(),
           reportingController: 'berth.dev/operator',
           reportingInstance: this.o.identity.slice(0, 128),
@@ -280,7 +280,11 @@ export class KubeRuntime implements EndpointStore, WorkloadDriver {
     } catch (err) {
       // Events are best effort: a lost event must not fail the pass (status already says it).
       this.o.log.warn(
-        { endpoint: keyOf(ep.metadata.namespace, ep.metadata.name), reason: event.reason, err: String(err) },
+        {
+          endpoint: keyOf(ep.metadata.namespace, ep.metadata.name),
+          reason: event.reason,
+          err: apiErrorText(err),
+        },
         'could not record event',
       );
     }
@@ -372,4 +376,18 @@ export class KubeRuntime implements EndpointStore, WorkloadDriver {
 function ownerKeyOfPod(pod: V1Pod): string | undefined {
   const name = pod.metadata?.labels?.[LABEL_ENDPOINT];
   return name ? keyOf(pod.metadata?.namespace, name) : undefined;
+}
+
+/** A short description of a client-node ApiException: HTTP code and the Status message. */
+export function apiErrorText(err: unknown): string {
+  const e = err as { code?: number; body?: unknown; message?: string };
+  let message = e.message ?? String(err);
+  try {
+    const body = typeof e.body === 'string' ? JSON.parse(e.body) : e.body;
+    if (body && typeof body === 'object' && 'message' in body)
+      message = String((body as { message: unknown }).message);
+  } catch {
+    // not JSON: keep the exception message
+  }
+  return e.code ? `HTTP ${e.code}: ${message}` : message;
 }
