@@ -20,5 +20,5 @@ stop_components
 rm -rf "${BERTH_CLUSTER_DIR:?}"
 log "local cluster stopped and its state removed"
 if [[ "${KUBECONFIG:-}" == "$BERTH_KUBECONFIG" ]]; then
-  log "your shell still has KUBECONFIG=$KUBECONFIG; run: unset KUBECONFIG"
+  log "KUBECONFIG still names the removed kubeconfig; in your shell: unset KUBECONFIG"
 fi
