@@ -6,6 +6,7 @@ export interface DeploymentOptions {
   /** Pod template annotations, e.g. the sim.berth.dev/* vocabulary of kwok/stages.yaml. */
   annotations?: Record<string, string>;
   nodeSelector?: Record<string, string>;
+  tolerations?: { key: string; operator: string; effect?: string; tolerationSeconds?: number }[];
 }
 
 export function deployment(name: string, opts: DeploymentOptions = {}): object {
@@ -22,6 +23,7 @@ export function deployment(name: string, opts: DeploymentOptions = {}): object {
         metadata: { labels: { app: name }, annotations: opts.annotations ?? {} },
         spec: {
           ...(opts.nodeSelector ? { nodeSelector: opts.nodeSelector } : {}),
+          ...(opts.tolerations ? { tolerations: opts.tolerations } : {}),
           containers: [{ name: 'main', image: 'registry.invalid/berth/sim:latest', resources: { limits } }],
         },
       },

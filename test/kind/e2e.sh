@@ -61,6 +61,10 @@ grep -vE 'podCIDR|^    - 127\.16\.' "$repo/test/cluster/kwok/nodes.yaml" | kubec
 kubectl wait --for=condition=Ready node -l type=kwok --timeout=120s
 kubectl get nodes -L berth.dev/gpu-type
 
+# Keep test pods off kind's real node (its kubelet would try to pull their images); kwok itself
+# and CoreDNS are already running there and stay.
+kubectl taint node -l 'type!=kwok' berth.dev/real-node=true:NoSchedule --overwrite
+
 # The local cluster's default ServiceAccount is ready before tests run; wait for kind's too.
 until kubectl -n default get serviceaccount default >/dev/null 2>&1; do sleep 1; done
 
