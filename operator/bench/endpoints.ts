@@ -120,6 +120,7 @@ process.stdout.write(
 
 await op.stop();
 await fakeHub.close();
+await k.releaseAll();
 await ns.remove();
 await kubectlOk([
   'delete',

@@ -30,8 +30,8 @@ async function holder(k: Cluster): Promise<string | undefined> {
 describe('leader election', () => {
   it('one of two replicas leads; the other takes over when it stops', async () => {
     const ns = await testNamespace('op-ha');
-    cleanups.push(ns.remove);
     const k = new Cluster(ns.name);
+    cleanups.push(ns.remove, () => k.releaseAll());
     const a = await start(testConfig(ns.name, hub.url, { identity: 'replica-a' }));
     cleanups.push(() => a.stop());
     await eventually(() => expect(a.isLeader()).toBe(true), { timeout: 15_000 });
@@ -89,8 +89,8 @@ describe('leader election', () => {
 describe('operator restart', () => {
   it('an operator stopped mid-reconcile leaves no duplicate or orphaned object after a restart', async () => {
     const ns = await testNamespace('op-restart');
-    cleanups.push(ns.remove);
     const k = new Cluster(ns.name);
+    cleanups.push(ns.remove, () => k.releaseAll());
     const names = Array.from({ length: 8 }, (_, i) => `endpt-r${i}`);
     const first = await start(testConfig(ns.name, hub.url, { identity: 'first', concurrency: 2 }));
     await Promise.all(names.map((n) => k.create(n, simSpec())));

@@ -24,6 +24,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await op?.stop();
   await hub?.close();
+  await k?.releaseAll();
   await ns?.remove();
 });
 

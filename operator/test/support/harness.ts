@@ -126,6 +126,25 @@ export class Cluster {
     });
   }
 
+  /**
+   * Drop our finalizer from every endpoint left in the namespace. Call after the operator stopped
+   * and before deleting the namespace, or the namespace waits forever for an operator to come back.
+   */
+  async releaseAll(): Promise<void> {
+    const list = (await this.custom.listNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: this.namespace,
+      plural: PLURAL,
+    })) as {
+      items: DedicatedEndpoint[];
+    };
+    for (const ep of list.items) {
+      if (ep.metadata.finalizers?.length)
+        await this.mergePatch(ep.metadata.name, { metadata: { finalizers: null } }).catch(() => {});
+    }
+  }
+
   async deployment(name: string): Promise<V1Deployment | undefined> {
     try {
       return await this.apps.readNamespacedDeployment({ name, namespace: this.namespace });
