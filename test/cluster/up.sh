@@ -64,6 +64,17 @@ fi
 for b in "${BINARIES[@]}"; do [[ -x "$(bin_path "$b")" ]] || die "missing binary $(bin_path "$b")"; done
 kubectl_bin=$(bin_path kubectl)
 
+fail() {
+  log "ERROR: $*"
+  log "last lines of the component logs ($BERTH_CLUSTER_DIR/logs):"
+  tail -n 15 "$BERTH_CLUSTER_DIR"/logs/*.log >&2 2>/dev/null || true
+  stop_components
+  exit 1
+}
+
+# Interrupted half-way (Ctrl-C, a killed CI step): take down what was started.
+trap 'fail "interrupted"' INT TERM
+
 # 4. Clear whatever a killed previous run left behind (its processes, pid files, data).
 started_at=$SECONDS
 stop_components
@@ -84,31 +95,31 @@ ETCD_PORT=$etcd_port
 API_PORT=$api_port
 EOF
 
-# 6. Certificates: a CA, the API server's serving cert, an admin client cert (system:masters) that
+# 6. Certificates (ECDSA P-256: quick to generate): a CA, the API server's serving cert, an admin client cert (system:masters) that
 # every component and the tests use, and the service-account signing key.
 pki="$BERTH_CLUSTER_DIR/pki"
 (
   cd "$pki"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.crt -days 3650 \
     -subj "/CN=berth-local-ca" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout apiserver.key -out apiserver.csr \
     -subj "/CN=kube-apiserver" 2>/dev/null
   openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt \
     -days 3650 -extfile <(printf '%s\n' \
       "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:10.96.0.1" \
       "extendedKeyUsage=serverAuth") 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr \
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout admin.key -out admin.csr \
     -subj "/O=system:masters/CN=berth-admin" 2>/dev/null
   openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt \
     -days 3650 -extfile <(echo "extendedKeyUsage=clientAuth") 2>/dev/null
   # The aggregation layer's client identity; giving it also stops the controller-manager and
   # scheduler from logging a missing requestheader CA every few seconds.
-  openssl req -newkey rsa:2048 -nodes -keyout front-proxy-client.key -out front-proxy-client.csr \
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout front-proxy-client.key -out front-proxy-client.csr \
     -subj "/CN=front-proxy-client" 2>/dev/null
   openssl x509 -req -in front-proxy-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
     -out front-proxy-client.crt -days 3650 -extfile <(echo "extendedKeyUsage=clientAuth") 2>/dev/null
-  openssl genrsa -out sa.key 2048 2>/dev/null
-  openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
+  openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
 )
 
 # The components' kubeconfig; the exported copy ($BERTH_KUBECONFIG) appears only once all is ready.
@@ -130,14 +141,6 @@ start() { # name args...
   # 9>&- : the component must not inherit (and so hold forever) the cluster:up lock.
   setsid "$(bin_path "$name")" "$@" >"$BERTH_CLUSTER_DIR/logs/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$(pid_file "$name")"
-}
-
-fail() {
-  log "ERROR: $*"
-  log "last lines of the component logs ($BERTH_CLUSTER_DIR/logs):"
-  tail -n 15 "$BERTH_CLUSTER_DIR"/logs/*.log >&2 || true
-  stop_components
-  exit 1
 }
 
 wait_for() { # description timeout_s command...
