@@ -56,7 +56,7 @@ if [[ -f "$stamp_file" && "$(cat "$stamp_file")" != "$stamp_want" ]]; then
   for b in "${BINARIES[@]}"; do rm -f "$BERTH_K8S_BIN/$b"; done
 fi
 
-log "building Kubernetes $K8S_VERSION components into $BERTH_K8S_BIN (cold: ~$((COLD_BUILD_MINUTES)) min on 2 cores; cached after)"
+log "building Kubernetes $K8S_VERSION components into $BERTH_K8S_BIN (cold: up to ~$COLD_BUILD_MINUTES min on 2 cores; cached after)"
 start=$(date +%s)
 (
   cd "$mod"
