@@ -12,5 +12,9 @@ const env = {
   PRISMA_HIDE_UPDATE_MESSAGE: '1',
   CHECKPOINT_DISABLE: '1',
 };
-const r = spawnSync('npx', ['prisma', 'generate', '--schema', 'schema.prisma'], { cwd: dir, env, stdio: 'inherit' });
+const r = spawnSync('npx', ['prisma', 'generate', '--schema', 'schema.prisma'], {
+  cwd: dir,
+  env,
+  stdio: 'inherit',
+});
 process.exit(r.status ?? 1);

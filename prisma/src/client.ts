@@ -10,8 +10,7 @@ import { PrismaClient } from './generated/client.ts';
 import { applyMigrations } from './migrate.ts';
 
 export type DbOptions =
-  | { kind: 'postgres'; url: string; poolSize?: number }
-  | { kind: 'embedded'; dataDir: string };
+  { kind: 'postgres'; url: string; poolSize?: number } | { kind: 'embedded'; dataDir: string };
 
 export interface Database {
   readonly kind: DbOptions['kind'];

@@ -27,7 +27,10 @@ export async function loadMigrations(dir = migrationsDir): Promise<MigrationList
         path: name,
         migrationFile: {
           path: 'migration.sql',
-          content: { tag: 'ok' as const, value: await readFile(path.join(dir, name, 'migration.sql'), 'utf8') },
+          content: {
+            tag: 'ok' as const,
+            value: await readFile(path.join(dir, name, 'migration.sql'), 'utf8'),
+          },
         },
       })),
     ),

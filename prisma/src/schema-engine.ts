@@ -9,8 +9,19 @@ import { bindMigrationAwareSqlAdapterFactory } from '@prisma/driver-adapter-util
 import type { SqlMigrationAwareDriverAdapterFactory } from '@prisma/driver-adapter-utils';
 import type { SchemaEngine } from '@prisma/schema-engine-wasm';
 
+// Node has WebAssembly, but TypeScript's Node types do not declare it without the DOM library.
+interface WasmModule {
+  readonly brand: 'WebAssembly.Module';
+}
+interface Wasm {
+  compile(bytes: Uint8Array): Promise<WasmModule>;
+  instantiate(module: WasmModule, imports: object): Promise<{ exports: Record<string, unknown> }>;
+  Module: { imports(module: WasmModule): { module: string; name: string }[] };
+}
+const WebAssembly = (globalThis as unknown as { WebAssembly: Wasm }).WebAssembly;
+
 type Bindings = Record<string, unknown> & {
-  __wbg_set_wasm(exports: WebAssembly.Exports): void;
+  __wbg_set_wasm(exports: Record<string, unknown>): void;
   SchemaEngine: typeof SchemaEngine;
 };
 
@@ -26,7 +37,7 @@ function loadBindings(): Promise<Bindings> {
     for (const imp of WebAssembly.Module.imports(module)) {
       (imports[imp.module] ??= {})[imp.name] = bg[imp.name];
     }
-    const instance = await WebAssembly.instantiate(module, imports as WebAssembly.Imports);
+    const instance = await WebAssembly.instantiate(module, imports);
     bg.__wbg_set_wasm(instance.exports);
     (instance.exports.__wbindgen_start as (() => void) | undefined)?.();
     return bg;

@@ -4,7 +4,13 @@ import path from 'node:path';
 import pg from 'pg';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { applyMigrations, diffMigrationsToSchema, loadMigrations, openMigratedDatabase, readSchema } from '../src/index.ts';
+import {
+  applyMigrations,
+  diffMigrationsToSchema,
+  loadMigrations,
+  openMigratedDatabase,
+  readSchema,
+} from '../src/index.ts';
 import { createTestDatabase, type TestDatabase } from '../../test/support/postgres.ts';
 
 describe('migrations on real PostgreSQL', () => {
@@ -27,9 +33,10 @@ describe('migrations on real PostgreSQL', () => {
       'SELECT migration_name, finished_at IS NOT NULL AS done, rolled_back_at FROM _prisma_migrations ORDER BY migration_name',
     );
     await c.end();
-    expect(rows.rows).toEqual(all.map((name) => ({ migration_name: name, done: true, rolled_back_at: null })));
+    expect(rows.rows).toEqual(
+      all.map((name) => ({ migration_name: name, done: true, rolled_back_at: null })),
+    );
   });
-
 });
 
 describe('schema drift', () => {
@@ -39,7 +46,10 @@ describe('schema drift', () => {
 
   it('the drift check notices a schema change that has no migration', async () => {
     const schema = await readSchema();
-    const changed = schema.content.replace('  @@index([accountId])', '  note String?\n  @@index([accountId])');
+    const changed = schema.content.replace(
+      '  @@index([accountId])',
+      '  note String?\n  @@index([accountId])',
+    );
     expect(changed).not.toBe(schema.content);
     expect(await diffMigrationsToSchema({ schema: { ...schema, content: changed } })).toMatch(
       /ALTER TABLE "api_keys" ADD COLUMN\s+"note" TEXT/,
