@@ -69,6 +69,54 @@ export const configSchema = z
     KEY_TOUCH_INTERVAL_MS: positiveInt('milliseconds')
       .default(10_000)
       .describe("How often keys' last-used times are written (batched, off the request path)"),
+    KUBECONFIG: z
+      .string()
+      .optional()
+      .describe(
+        'kubeconfig of the cluster endpoints run on; unset: in-cluster credentials when running in a pod',
+      ),
+    BERTH_NAMESPACE: z
+      .string()
+      .regex(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/, 'must be a Kubernetes namespace name')
+      .default('default')
+      .describe('Namespace of the DedicatedEndpoint resources the API creates and serves'),
+    BERTH_CATALOG_FILE: z
+      .string()
+      .optional()
+      .describe('JSON/YAML instance-type catalog (GET /api/hardware); unset: built-in'),
+    PUBLIC_URL: z
+      .string()
+      .url('must be a URL such as https://berth.example.com')
+      .optional()
+      .describe("Base URL clients use, for endpoints' baseUrl; unset: from the request's Host header"),
+    TRUST_PROXY: z
+      .enum(['true', 'false'], { error: 'must be true or false' })
+      .default('false')
+      .transform((v) => v === 'true')
+      .describe('Trust X-Forwarded-* from a reverse proxy (client addresses for Public rate limits)'),
+    WAKE_HOLD_TIMEOUT_MS: positiveInt('milliseconds')
+      .default(240_000)
+      .describe(
+        'How long a request to a sleeping endpoint is held while it wakes (OpenAI SDKs time out at 600 s)',
+      ),
+    REQUEST_TIMEOUT_MS: positiveInt('milliseconds')
+      .default(780_000)
+      .describe('Wall-clock limit of one proxied call, streaming included (13 minutes)'),
+    PROXY_RETRIES: z.coerce.number().int().min(0).max(5).default(2).describe('Retries before the first byte'),
+    PUBLIC_RATE_LIMIT_PER_ENDPOINT: positiveInt('requests per minute')
+      .default(600)
+      .describe('Requests per minute a Public endpoint accepts from everyone together'),
+    PUBLIC_RATE_LIMIT_PER_CLIENT: positiveInt('requests per minute')
+      .default(60)
+      .describe('Requests per minute a Public endpoint accepts from one client address'),
+    REDIS_URL: z
+      .string()
+      .regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL')
+      .optional()
+      .describe('Redis for rate limits shared by every API replica; unset: per process'),
+    USAGE_FLUSH_INTERVAL_MS: positiveInt('milliseconds')
+      .default(5_000)
+      .describe('How often token usage is written (batched)'),
   })
   .superRefine((c, ctx) => {
     if (c.DATABASE_URL && !c.ADMIN_TOKEN) {

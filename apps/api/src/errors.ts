@@ -41,6 +41,15 @@ const table = {
   },
   service_unavailable: { status: 503, type: 'api_error', message: 'Service temporarily unavailable' },
   gateway_timeout: { status: 504, type: 'api_error', message: 'Gateway timeout' },
+  endpoint_building: { status: 503, type: 'api_error', message: 'The endpoint is still being provisioned' },
+  endpoint_waking: { status: 503, type: 'api_error', message: 'The endpoint is waking up' },
+  endpoint_failed: { status: 424, type: 'invalid_request_error', message: 'The endpoint has failed' },
+  endpoint_unavailable: { status: 503, type: 'api_error', message: 'The endpoint is not available' },
+  engine_error: {
+    status: 400,
+    type: 'invalid_request_error',
+    message: 'The inference engine refused the request',
+  },
 } as const satisfies Record<string, { status: number; type: string; message: string }>;
 
 export type ErrorCode = keyof typeof table;
@@ -59,6 +68,7 @@ export class ApiError extends Error {
       param?: string | null;
       headers?: Record<string, string>;
       status?: number;
+      type?: string;
     } = {},
   ) {
     const entry = table[code];
@@ -66,7 +76,7 @@ export class ApiError extends Error {
     this.name = 'ApiError';
     this.code = code;
     this.status = options.status ?? entry.status;
-    this.type = entry.type;
+    this.type = options.type ?? entry.type;
     this.param = options.param ?? null;
     this.headers = options.headers ?? {};
   }

@@ -12,6 +12,12 @@ import { keyService, type KeyService } from './keys/service.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
+import { usageRepository } from './repositories/usage.ts';
+import { loadCatalog } from '@berth/crds';
+import { existsSync } from 'node:fs';
+import { kubernetesRuntime, type EndpointRuntime } from './endpoints/index.ts';
+import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
+import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
 import type { Lifecycle } from './routes/health.ts';
 
 export interface RunningApi {
@@ -20,6 +26,9 @@ export interface RunningApi {
   adminToken: string;
   keys: KeyService;
   logger: Logger;
+  /** The dedicated-endpoint runtime, when one is configured. */
+  runtime?: EndpointRuntime;
+  usage?: UsageRecorder;
   /** Stops accepting, lets requests in flight finish (up to SHUTDOWN_GRACE_MS), closes the database. */
   close(): Promise<void>;
 }
@@ -40,7 +49,23 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
 
   let bus: RevocationBus | undefined;
   let keys: KeyService | undefined;
+  let runtime: EndpointRuntime | undefined;
+  let usage: UsageRecorder | undefined;
+  let limiter: RateLimiter | undefined;
   try {
+    const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
+    const inCluster =
+      !!process.env.KUBERNETES_SERVICE_HOST &&
+      existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
+    if (config.KUBECONFIG || inCluster) {
+      runtime = kubernetesRuntime(config, logger);
+      usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS);
+      limiter = config.REDIS_URL ? redisRateLimiter(config.REDIS_URL) : memoryRateLimiter();
+      await runtime.ready();
+      logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
+    } else {
+      logger.warn('no Kubernetes configured (KUBECONFIG unset): dedicated endpoints are disabled');
+    }
     const adminToken = config.ADMIN_TOKEN ?? (await embeddedAdminToken(config.BERTH_DATA_DIR, logger));
     bus = config.DATABASE_URL
       ? await postgresRevocationBus({
@@ -69,6 +94,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       metrics,
       logger,
       lifecycle,
+      catalog,
+      endpoints: runtime && usage && limiter ? { runtime, usage, limiter } : undefined,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -86,6 +113,9 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
 
     const k = keys;
     const b = bus;
+    const rt = runtime;
+    const u = usage;
+    const l = limiter;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -93,6 +123,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       adminToken,
       keys: k,
       logger,
+      runtime: rt,
+      usage: u,
       close: () =>
         (closing ??= (async () => {
           lifecycle.shuttingDown = true;
@@ -101,6 +133,9 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           const grace = setTimeout(() => server.closeAllConnections(), config.SHUTDOWN_GRACE_MS);
           await drained;
           clearTimeout(grace);
+          await rt?.close();
+          await u?.close();
+          await l?.close();
           await k.close();
           await b.close();
           await db.close();
@@ -108,6 +143,9 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })()),
     };
   } catch (err) {
+    await runtime?.close();
+    await usage?.close();
+    await limiter?.close();
     await keys?.close();
     await bus?.close();
     await db.close();

@@ -1,0 +1,54 @@
+// The API's view of DedicatedEndpoints: a cache kept by a watch, never a read per request, and the
+// few writes the API makes (create, delete, activity and wake annotations).
+import type { DedicatedEndpoint, DedicatedEndpointSpecInput } from '@berth/crds';
+
+export interface EndpointStore {
+  /** Resolves once the cache holds every endpoint. */
+  ready(): Promise<void>;
+  get(id: string): DedicatedEndpoint | undefined;
+  list(): DedicatedEndpoint[];
+  create(input: {
+    id: string;
+    displayName: string;
+    spec: DedicatedEndpointSpecInput;
+  }): Promise<DedicatedEndpoint>;
+  /** False when it did not exist. */
+  delete(id: string): Promise<boolean>;
+  /** Merge-patches annotations on the endpoint (activity, wake requests). */
+  annotate(id: string, annotations: Record<string, string>): Promise<void>;
+  /** Called on every change of one endpoint (and with undefined when it is deleted). */
+  watch(id: string, fn: (e: DedicatedEndpoint | undefined) => void): () => void;
+  close(): Promise<void>;
+}
+
+/** Where an endpoint's ready replicas can be reached, learned from a watch. */
+export interface Backends {
+  ready(): Promise<void>;
+  /** Base URLs (`http://ip:port`) of the endpoint's ready replicas, possibly empty. */
+  addresses(id: string): readonly string[];
+  /** Called whenever the endpoint's set of addresses changes. */
+  watch(id: string, fn: (addresses: readonly string[]) => void): () => void;
+  close(): Promise<void>;
+}
+
+export const ANNOTATION_DISPLAY_NAME = 'berth.dev/display-name';
+
+/** A tiny per-key listener registry shared by the store implementations. */
+export class Listeners<T> {
+  private readonly byKey = new Map<string, Set<(v: T) => void>>();
+
+  add(key: string, fn: (v: T) => void): () => void {
+    let set = this.byKey.get(key);
+    if (!set) this.byKey.set(key, (set = new Set()));
+    set.add(fn);
+    return () => {
+      set.delete(fn);
+      if (set.size === 0) this.byKey.delete(key);
+    };
+  }
+
+  emit(key: string, value: T): void {
+    const set = this.byKey.get(key);
+    if (set) for (const fn of [...set]) fn(value);
+  }
+}

@@ -1,0 +1,186 @@
+// Forwards one request to an endpoint's replicas with undici and streams the answer back.
+// Retries happen only before the first byte reaches the client; after it, a failure becomes an
+// SSE error frame. The signal aborts the upstream (client gone, key revoked, wall-clock limit).
+import { once } from 'node:events';
+import type { Response } from 'express';
+import type { Dispatcher } from 'undici';
+import { ApiError, errorFrame } from '../errors.ts';
+import { SseUsageTap, usageOf, type Usage } from './sse.ts';
+
+export interface ForwardRequest {
+  /** Ready replica base URLs, read again on each retry. */
+  addresses: () => readonly string[];
+  method: 'GET' | 'POST';
+  /** Upstream path, e.g. `/v1/chat/completions`. */
+  path: string;
+  /** Parsed JSON body (POST). */
+  body?: Record<string, unknown>;
+  requestId: string;
+  signal: AbortSignal;
+}
+
+export interface ForwardDeps {
+  dispatcher: Dispatcher;
+  retries: number;
+  retryDelayMs?: number;
+}
+
+const RETRIABLE = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'EHOSTUNREACH',
+]);
+const MAX_ERROR_BODY = 64 * 1024;
+
+let roundRobin = 0;
+
+function errorCode(err: unknown): string | undefined {
+  const e = err as { code?: string; cause?: { code?: string } };
+  return e.code ?? e.cause?.code;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+  });
+}
+
+/** An upstream error status and body, in our error contract. */
+export function upstreamError(status: number, text: string): ApiError {
+  let message: string | undefined;
+  try {
+    const body = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
+    const m = typeof body.error === 'object' ? body.error?.message : (body.message ?? body.error);
+    if (typeof m === 'string' && m) message = m;
+  } catch {
+    // not JSON
+  }
+  if (status === 503 || status === 429)
+    return new ApiError(status === 429 ? 'rate_limited' : 'service_unavailable');
+  if (status >= 500) return new ApiError('engine_unreachable');
+  return new ApiError('engine_error', {
+    status,
+    message: message ?? `The inference engine answered ${status}`,
+  });
+}
+
+async function connect(
+  req: ForwardRequest,
+  deps: ForwardDeps,
+  body: string | undefined,
+): Promise<Dispatcher.ResponseData> {
+  const delay = deps.retryDelayMs ?? 100;
+  for (let attempt = 0; ; attempt++) {
+    const addresses = req.addresses();
+    if (!addresses.length) throw new ApiError('endpoint_unavailable', { headers: { 'retry-after': '5' } });
+    const origin = addresses[roundRobin++ % addresses.length]!;
+    const last = attempt >= deps.retries;
+    try {
+      const res = await deps.dispatcher.request({
+        origin,
+        path: req.path,
+        method: req.method,
+        headers: {
+          'content-type': 'application/json',
+          accept: req.body?.stream ? 'text/event-stream' : 'application/json',
+          'x-request-id': req.requestId,
+        },
+        body,
+        signal: req.signal,
+        // The wall-clock limit bounds the whole call; a long non-streamed generation sends its
+        // headers only at the end.
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      });
+      if ((res.statusCode === 502 || res.statusCode === 503) && !last) {
+        await res.body.dump();
+        await sleep(delay * 2 ** attempt, req.signal);
+        continue;
+      }
+      return res;
+    } catch (err) {
+      if (req.signal.aborted) throw req.signal.reason ?? err;
+      if (last || !RETRIABLE.has(errorCode(err) ?? '')) throw new ApiError('engine_unreachable');
+      await sleep(delay * 2 ** attempt, req.signal);
+    }
+  }
+}
+
+async function readCapped(body: Dispatcher.ResponseData['body']): Promise<string> {
+  let text = '';
+  for await (const chunk of body) {
+    if (text.length < MAX_ERROR_BODY) text += (chunk as Buffer).toString('utf8');
+  }
+  return text.slice(0, MAX_ERROR_BODY);
+}
+
+/**
+ * Forwards and writes the answer to `res`. Resolves with the usage the engine reported (if any)
+ * once the answer is complete. Throws an ApiError only while nothing has been sent yet.
+ */
+export async function forward(
+  req: ForwardRequest,
+  res: Response,
+  deps: ForwardDeps,
+): Promise<Usage | undefined> {
+  let requestBody = req.body;
+  let stripUsage = false;
+  if (requestBody?.stream === true) {
+    const opts = requestBody.stream_options as { include_usage?: unknown } | undefined;
+    if (opts?.include_usage !== true) {
+      // Ask for usage on the client's behalf (to meter the call) and remove it on the way back.
+      requestBody = { ...requestBody, stream_options: { ...(opts ?? {}), include_usage: true } };
+      stripUsage = true;
+    }
+  }
+  const upstream = await connect(req, deps, requestBody ? JSON.stringify(requestBody) : undefined);
+  if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream.body));
+
+  const contentType = String(upstream.headers['content-type'] ?? 'application/json');
+  if (!contentType.startsWith('text/event-stream')) {
+    const buf = Buffer.from(await upstream.body.arrayBuffer());
+    res.status(upstream.statusCode).type(contentType).send(buf);
+    try {
+      return usageOf(JSON.parse(buf.toString('utf8')));
+    } catch {
+      return undefined;
+    }
+  }
+
+  res.status(upstream.statusCode);
+  res.setHeader('content-type', 'text/event-stream; charset=utf-8');
+  res.setHeader('cache-control', 'no-cache');
+  res.setHeader('x-accel-buffering', 'no');
+  res.flushHeaders();
+  const tap = new SseUsageTap(stripUsage);
+  try {
+    for await (const chunk of upstream.body) {
+      const out = tap.push(chunk as Buffer);
+      if (out.length && !res.write(out)) {
+        // Backpressure: stop reading the engine until the client catches up.
+        await Promise.race([once(res, 'drain'), once(req.signal as unknown as NodeJS.EventEmitter, 'abort')]);
+        if (req.signal.aborted) throw req.signal.reason;
+      }
+    }
+    const rest = tap.end();
+    if (rest.length) res.write(rest);
+    res.end();
+    return tap.usage;
+  } catch (err) {
+    upstream.body.destroy();
+    if (!res.writableEnded && !res.destroyed) {
+      const reason =
+        err instanceof ApiError
+          ? err
+          : req.signal.reason instanceof ApiError
+            ? req.signal.reason
+            : new ApiError('engine_unreachable');
+      res.end(errorFrame(reason) + 'data: [DONE]\n\n');
+    }
+    return tap.usage;
+  }
+}
