@@ -33,7 +33,8 @@ function dockerAvailable(): boolean {
 async function resolveServer(): Promise<string> {
   const explicit = process.env.TEST_DATABASE_URL;
   if (explicit) {
-    if (!(await reachable(explicit))) throw new Error(`TEST_DATABASE_URL (${redact(explicit)}) is not reachable`);
+    if (!(await reachable(explicit)))
+      throw new Error(`TEST_DATABASE_URL (${redact(explicit)}) is not reachable`);
     return explicit;
   }
   if (await reachable(LOCAL)) return LOCAL;
