@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', 'prisma/src/generated/**', '**/dist/**', 'charts/**'] },
+  { ignores: ['**/node_modules/**', 'prisma/src/generated/**', '**/dist/**', 'charts/berth/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {
