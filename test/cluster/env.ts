@@ -41,7 +41,7 @@ export function isLocalCluster(): boolean {
   return process.env.KUBECONFIG === localKubeconfig;
 }
 
-/** The kubeconfig of the cluster under test. Throws when there is none. */
+/** KUBECONFIG of the cluster under test (a file, or several joined by ':'). Throws when unset. */
 export function kubeconfigPath(): string {
   const path = process.env.KUBECONFIG;
   if (!path) {
@@ -78,14 +78,11 @@ export interface KubectlResult {
 
 /** Runs kubectl against the cluster under test. Never throws on a non-zero exit; check `code`. */
 export function kubectl(args: string[], opts: KubectlOptions = {}): Promise<KubectlResult> {
-  const fullArgs = [
-    '--kubeconfig',
-    kubeconfigPath(),
-    ...(opts.namespace ? ['--namespace', opts.namespace] : []),
-    ...args,
-  ];
+  const fullArgs = [...(opts.namespace ? ['--namespace', opts.namespace] : []), ...args];
+  // Through the environment, not --kubeconfig: KUBECONFIG may list several files.
+  const env = { ...process.env, KUBECONFIG: kubeconfigPath() };
   return new Promise((resolve, reject) => {
-    const child = spawn(kubectlPath(), fullArgs, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(kubectlPath(), fullArgs, { env, stdio: ['pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     let timedOut = false;
@@ -126,7 +123,8 @@ export async function kubectlJson<T = unknown>(args: string[], opts: KubectlOpti
 /** A KubeConfig for @kubernetes/client-node, loaded from the same kubeconfig. */
 export function loadKubeConfig(): KubeConfig {
   const kc = new KubeConfig();
-  kc.loadFromFile(kubeconfigPath());
+  kubeconfigPath(); // throws when KUBECONFIG is unset
+  kc.loadFromDefault(); // reads KUBECONFIG, merging several files as kubectl does
   return kc;
 }
 

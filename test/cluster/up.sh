@@ -13,10 +13,10 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$here/lib.sh"
 
-reachable() { # kubeconfig
+reachable() { # kubeconfig (a KUBECONFIG value: may list several files)
   local k
   k=$(any_kubectl) || return 1
-  "$k" --kubeconfig "$1" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
+  KUBECONFIG="$1" "$k" --request-timeout=5s get --raw /readyz >/dev/null 2>&1
 }
 
 # 1. Honour a cluster the user already has.
@@ -53,13 +53,12 @@ fi
 # 3. Binaries: KUBEBUILDER_ASSETS provides some, the rest are built (or already cached).
 need=()
 for b in "${BINARIES[@]}"; do
-  [[ "$(bin_path "$b")" == "$BERTH_K8S_BIN/$b" ]] && need+=("$b")
+  if [[ "$(bin_path "$b")" == "$BERTH_K8S_BIN/$b" ]]; then
+    need+=("$b")
+  else
+    log "using $b from KUBEBUILDER_ASSETS ($KUBEBUILDER_ASSETS)"
+  fi
 done
-if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  for b in "${BINARIES[@]}"; do
-    [[ "$(bin_path "$b")" == "$BERTH_K8S_BIN/$b" ]] || log "using $b from KUBEBUILDER_ASSETS ($KUBEBUILDER_ASSETS)"
-  done
-fi
 ((${#need[@]} == 0)) || bash "$here/build.sh" "${need[@]}" >/dev/null
 for b in "${BINARIES[@]}"; do [[ -x "$(bin_path "$b")" ]] || die "missing binary $(bin_path "$b")"; done
 kubectl_bin=$(bin_path kubectl)
