@@ -23,6 +23,7 @@ const FAILURE_FROM_WORKLOAD: Record<Exclude<WorkloadFailureKind, 'Unschedulable'
   ImagePull: 'ImagePullFailed',
   CrashLoop: 'CrashLoop',
   OutOfMemory: 'ModelTooLarge',
+  GatedModel: 'GatedModelNoToken',
 };
 
 const POLL_MS = 30_000;

@@ -21,7 +21,8 @@ export interface ReconcileDeps {
   termination: TerminationHook;
   catalog: Catalog;
   phase: PhaseOptions;
-  preflight: PreflightOptions;
+  /** Model hub checks; absent: skipped (a runtime with no hub to ask, e.g. local mode offline). */
+  preflight?: PreflightOptions;
   log: Logger;
   now?: () => Date;
   onDecision?: (ep: DedicatedEndpoint, decision: Decision) => void;
@@ -55,7 +56,9 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
 
   let pf: PreflightResult | undefined;
   if (instanceType && status.preflightGeneration !== generation && !failedThisGeneration) {
-    pf = await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight);
+    pf = deps.preflight
+      ? await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight)
+      : { kind: 'passed', message: 'Model checks skipped: no model hub configured' };
     log.info({ preflight: pf }, 'model checks ran');
   }
 

@@ -29,7 +29,13 @@ export type PreflightResult =
   /** The hub could not be asked (network, 5xx); retry, do not fail the endpoint. */
   | { kind: 'unavailable'; message: string };
 
-export type WorkloadFailureKind = 'ImagePull' | 'CrashLoop' | 'OutOfMemory' | 'Unschedulable';
+export type WorkloadFailureKind =
+  | 'ImagePull'
+  | 'CrashLoop'
+  | 'OutOfMemory'
+  /** The engine could not download a gated or private model (no or wrong hub token). */
+  | 'GatedModel'
+  | 'Unschedulable';
 
 export interface WorkloadFailure {
   kind: WorkloadFailureKind;
