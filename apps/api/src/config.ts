@@ -117,6 +117,43 @@ export const configSchema = z
     USAGE_FLUSH_INTERVAL_MS: positiveInt('milliseconds')
       .default(5_000)
       .describe('How often token usage is written (batched)'),
+    BERTH_RUNTIME: z
+      .enum(['auto', 'kubernetes', 'local'], { error: 'must be auto, kubernetes or local' })
+      .default('auto')
+      .describe(
+        'Where endpoints run. auto: Kubernetes when KUBECONFIG is set or in a pod, else local processes with the embedded database (no DATABASE_URL)',
+      ),
+    BERTH_LOCAL_ENGINE: z
+      .enum(['sim', 'vllm'], { error: 'must be sim or vllm' })
+      .default('sim')
+      .describe('Local mode: run each replica as the engine simulator, or as `vllm serve` from PATH'),
+    BERTH_LOCAL_ENGINE_ARGS: z
+      .string()
+      .default('')
+      .transform((s) => s.split(/\s+/).filter(Boolean))
+      .describe(
+        'Local mode: arguments appended to every engine command line, split on spaces (e.g. "--startup-delay-ms 2000")',
+      ),
+    BERTH_LOCAL_LOG_MAX_BYTES: positiveInt('bytes')
+      .default(1_048_576)
+      .describe('Local mode: size of an endpoint log file before it is rotated (one older file is kept)'),
+    BERTH_LOCAL_STOP_GRACE_MS: positiveInt('milliseconds')
+      .default(30_000)
+      .describe('Local mode: how long a stopping engine may drain after SIGTERM before it is killed'),
+    BERTH_CRASHLOOP_RESTARTS: positiveInt('restarts')
+      .default(3)
+      .describe('Local mode: restarts of an exiting engine before the endpoint fails with CrashLoop'),
+    BERTH_PROVISIONING_TIMEOUT_SECONDS: positiveInt('seconds')
+      .default(1800)
+      .describe('Local mode: `building` longer than this fails with ProvisioningTimeout'),
+    BERTH_WAKE_TIMEOUT_SECONDS: positiveInt('seconds')
+      .default(600)
+      .describe('Local mode: `waking` longer than this fails with WakeTimeout'),
+    HF_ENDPOINT: z
+      .string()
+      .url('must be a URL such as https://huggingface.co')
+      .optional()
+      .describe('Local mode: model hub for the pre-start checks (size, gated); unset: checks skipped'),
   })
   .superRefine((c, ctx) => {
     if (c.DATABASE_URL && !c.ADMIN_TOKEN) {

@@ -13,7 +13,14 @@ try {
   throw err;
 }
 
-const api = await startApi(config);
+const api = await startApi(config).catch((err: unknown) => {
+  // Configuration only checkable at start-up (e.g. BERTH_LOCAL_ENGINE=vllm without vllm on PATH).
+  if (err instanceof ConfigError) {
+    console.error(err.message);
+    process.exit(78);
+  }
+  throw err;
+});
 let stopping = false;
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => {

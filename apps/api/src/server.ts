@@ -15,7 +15,7 @@ import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
-import { kubernetesRuntime, type EndpointRuntime } from './endpoints/index.ts';
+import { kubernetesRuntime, localRuntime, type EndpointRuntime } from './endpoints/index.ts';
 import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
 import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
 import type { Lifecycle } from './routes/health.ts';
@@ -57,14 +57,22 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const inCluster =
       !!process.env.KUBERNETES_SERVICE_HOST &&
       existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
-    if (config.KUBECONFIG || inCluster) {
+    const kind = runtimeKind(config, inCluster);
+    if (kind === 'kubernetes') {
       runtime = kubernetesRuntime(config, logger);
+    } else if (kind === 'local') {
+      runtime = await localRuntime({ config, logger, prisma: db.prisma, catalog });
+    } else {
+      logger.warn(
+        'no Kubernetes configured (KUBECONFIG unset) and DATABASE_URL set: dedicated endpoints are disabled (BERTH_RUNTIME=local runs them as processes of this API, one API process only)',
+      );
+    }
+    if (runtime) {
       usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS);
       limiter = config.REDIS_URL ? redisRateLimiter(config.REDIS_URL) : memoryRateLimiter();
       await runtime.ready();
-      logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
-    } else {
-      logger.warn('no Kubernetes configured (KUBECONFIG unset): dedicated endpoints are disabled');
+      if (kind === 'kubernetes')
+        logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
     }
     const adminToken = config.ADMIN_TOKEN ?? (await embeddedAdminToken(config.BERTH_DATA_DIR, logger));
     bus = config.DATABASE_URL
@@ -151,6 +159,17 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     await db.close();
     throw err;
   }
+}
+
+/**
+ * Where dedicated endpoints run. `auto` picks Kubernetes when it is configured, else local processes
+ * when the database is the embedded one (one process owns it, so one API runs the reconciler); with
+ * DATABASE_URL and no cluster there may be several API replicas, so local mode must be asked for.
+ */
+export function runtimeKind(config: Config, inCluster: boolean): 'kubernetes' | 'local' | 'none' {
+  if (config.BERTH_RUNTIME !== 'auto') return config.BERTH_RUNTIME;
+  if (config.KUBECONFIG || inCluster) return 'kubernetes';
+  return config.DATABASE_URL ? 'none' : 'local';
 }
 
 /**

@@ -10,7 +10,7 @@ import type { Backends, EndpointStore } from './store.ts';
 import { waker, type Waker } from './wake.ts';
 
 export interface EndpointRuntime {
-  kind: 'kubernetes';
+  kind: 'kubernetes' | 'local';
   store: EndpointStore;
   backends: Backends;
   waker: Waker;
@@ -46,3 +46,4 @@ export function kubernetesRuntime(config: Config, logger: Logger): EndpointRunti
 }
 
 export type { Catalog };
+export { localRuntime, engineCommand } from './local/index.ts';
