@@ -88,7 +88,7 @@ describe('node loss', () => {
             'node.kubernetes.io/unreachable:NoExecute',
           );
         },
-        { timeout: 30_000, description: 'node NotReady and tainted unreachable' },
+        { timeout: 60_000, description: 'node NotReady and tainted unreachable' },
       );
 
       // Evicted once the 10 s toleration runs out; the replacement has nowhere to go.

@@ -104,7 +104,7 @@ describe('every response', () => {
   });
 
   it('unknown routes: 404 in the family shape', async () => {
-    const openai = await fetch(api.url + '/api/d/endpt-nothing/unknown', { method: 'POST' });
+    const openai = await fetch(api.url + '/api/olympus/nothing-here', { method: 'POST' });
     expect(openai.status).toBe(404);
     expect(await openai.json()).toEqual(dual('Not found', 'not_found'));
     const simple = await fetch(api.url + '/api/nothing-here');
