@@ -19,14 +19,24 @@ export function fatalExit(exit: Exit): WorkloadFailure | undefined {
   if (OOM.test(exit.tail))
     return {
       kind: 'OutOfMemory',
-      message: `The engine ran out of memory loading the model (${describe(exit)}: ${lastLines(exit.tail)}). Choose a larger GPU type, more GPUs, or a smaller maxModelLen.`,
+      message: `The engine ran out of memory loading the model (${describe(exit)}: ${lineMatching(exit.tail, OOM)}). Choose a larger GPU type, more GPUs, or a smaller maxModelLen.`,
     };
   if (GATED.test(exit.tail))
     return {
       kind: 'GatedModel',
-      message: `The model is gated or private and the engine has no valid hub token (${describe(exit)}: ${lastLines(exit.tail)}). Set HF_TOKEN for the API process and create the endpoint again.`,
+      message: `The model is gated or private and the engine has no valid hub token (${describe(exit)}: ${lineMatching(exit.tail, GATED)}). Set HF_TOKEN for the API process and create the endpoint again.`,
     };
   return undefined;
+}
+
+/** The (last) output line that names the cause, bounded. */
+function lineMatching(text: string, re: RegExp, max = 400): string {
+  const line =
+    text
+      .split('\n')
+      .findLast((l) => re.test(l))
+      ?.trim() ?? '';
+  return line.length > max ? `${line.slice(0, max)}…` : line;
 }
 
 export function crashLoop(exit: Exit, restarts: number): WorkloadFailure {

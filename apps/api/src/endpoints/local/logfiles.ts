@@ -27,13 +27,19 @@ export function logFiles(dir: string, maxBytes: number): LogFiles {
 
   const write = (id: string, chunk: Buffer | string) => {
     const f = file(id);
-    let size = sizes.get(id) ?? (existsSync(f) ? statSync(f).size : 0);
-    if (size >= maxBytes) {
-      renameSync(f, `${f}.1`);
-      size = 0;
+    try {
+      let size = sizes.get(id) ?? (existsSync(f) ? statSync(f).size : 0);
+      if (size >= maxBytes) {
+        renameSync(f, `${f}.1`);
+        size = 0;
+      }
+      mkdirSync(dir, { recursive: true });
+      appendFileSync(f, chunk);
+      sizes.set(id, size + Buffer.byteLength(chunk));
+    } catch {
+      // A log that cannot be written (disk full, directory removed) must not stop the engine.
+      sizes.delete(id);
     }
-    appendFileSync(f, chunk);
-    sizes.set(id, size + Buffer.byteLength(chunk));
   };
 
   return {

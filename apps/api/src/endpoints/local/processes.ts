@@ -223,13 +223,24 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
     await r.exited;
   };
 
+  /** Replicas removed by a scale-down, still draining: waited for by stopAll and close. */
+  const draining = new Map<string, Set<Promise<void>>>();
+  const track = (id: string, p: Promise<void>) => {
+    let set = draining.get(id);
+    if (!set) draining.set(id, (set = new Set()));
+    set.add(p);
+    void p.finally(() => {
+      set.delete(p);
+      if (!set.size && draining.get(id) === set) draining.delete(id);
+    });
+  };
+
   const stopAll = async (id: string) => {
     const eps = byId.get(id);
-    if (!eps) return;
-    const slots = eps.slots.splice(0);
-    byId.delete(id);
-    await Promise.all(slots.map((s) => stopSlot(id, s)));
-    changed(id);
+    const slots = eps?.slots.splice(0) ?? [];
+    if (eps) byId.delete(id);
+    await Promise.all([...slots.map((s) => stopSlot(id, s)), ...(draining.get(id) ?? [])]);
+    if (eps) changed(id);
   };
 
   // Engines a previous run left behind (the API was killed without a chance to stop them).
@@ -253,7 +264,8 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
       const order: WorkloadFailure['kind'][] = ['OutOfMemory', 'GatedModel', 'CrashLoop'];
       failures.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
       return {
-        replicas: slots.filter((s) => s.replica && !s.replica.stopping).length,
+        // Starting, running or waiting to restart (a pod in CrashLoopBackOff counts too).
+        replicas: slots.filter((s) => !s.failure && !s.replica?.stopping).length,
         readyReplicas: slots.filter((s) => s.replica?.ready && !s.replica.stopping).length,
         ...(failures[0] ? { failure: failures[0] } : {}),
       };
@@ -273,7 +285,7 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
       }
       if (want === 0) return;
       if (!eps) byId.set(id, (eps = { slots: [], argsKey, args }));
-      while (eps.slots.length > want) void stopSlot(id, eps.slots.pop()!);
+      while (eps.slots.length > want) track(id, stopSlot(id, eps.slots.pop()!));
       while (eps.slots.length < want) {
         const slot: Slot = { index: eps.slots.length, restarts: 0, tail: '' };
         eps.slots.push(slot);
@@ -303,7 +315,7 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
 
     async close() {
       closing = true;
-      await Promise.all([...byId.keys()].map((id) => stopAll(id)));
+      await Promise.all([...new Set([...byId.keys(), ...draining.keys()])].map((id) => stopAll(id)));
     },
   };
 }
