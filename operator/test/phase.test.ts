@@ -88,6 +88,12 @@ const OBSERVATIONS: Record<string, Case> = {
   'container OOM-killed': {
     observed: { hardware: ok, workload: wl(0, { failure: { kind: 'OutOfMemory', message: 'CUDA OOM' } }) },
   },
+  'engine refused by a gated repo': {
+    observed: {
+      hardware: ok,
+      workload: wl(0, { failure: { kind: 'GatedModel', message: 'GatedRepoError' } }),
+    },
+  },
   unschedulable: {
     observed: { hardware: ok, workload: wl(0, { failure: { kind: 'Unschedulable', message: '0/3 nodes' } }) },
   },
@@ -124,6 +130,7 @@ const TABLE: Record<Phase, Record<keyof typeof OBSERVATIONS, Row>> = {
     'image pull failing': ['failed', 'ImagePullFailed', 0],
     'container crash-looping': ['failed', 'CrashLoop', 0],
     'container OOM-killed': ['failed', 'ModelTooLarge', 0],
+    'engine refused by a gated repo': ['failed', 'GatedModelNoToken', 0],
     unschedulable: ['building', 'Unschedulable', 1],
     'deadlines passed, nothing ready': ['failed', 'ProvisioningTimeout', 0],
     'preflight: gated model, no token': ['failed', 'GatedModelNoToken', 0],
@@ -140,6 +147,7 @@ const TABLE: Record<Phase, Record<keyof typeof OBSERVATIONS, Row>> = {
     'image pull failing': ['failed', 'ImagePullFailed', 0],
     'container crash-looping': ['failed', 'CrashLoop', 0],
     'container OOM-killed': ['failed', 'ModelTooLarge', 0],
+    'engine refused by a gated repo': ['failed', 'GatedModelNoToken', 0],
     unschedulable: ['building', 'Unschedulable', 1],
     'deadlines passed, nothing ready': ['building', 'Provisioning', 1], // the build clock starts when readiness is lost
     'preflight: gated model, no token': ['failed', 'GatedModelNoToken', 0],
@@ -156,6 +164,7 @@ const TABLE: Record<Phase, Record<keyof typeof OBSERVATIONS, Row>> = {
     'image pull failing': ['hibernated', 'IdleTimeout', 0],
     'container crash-looping': ['hibernated', 'IdleTimeout', 0],
     'container OOM-killed': ['hibernated', 'IdleTimeout', 0],
+    'engine refused by a gated repo': ['hibernated', 'IdleTimeout', 0],
     unschedulable: ['hibernated', 'IdleTimeout', 0],
     'deadlines passed, nothing ready': ['hibernated', 'IdleTimeout', 0],
     'preflight: gated model, no token': ['failed', 'GatedModelNoToken', 0],
@@ -172,6 +181,7 @@ const TABLE: Record<Phase, Record<keyof typeof OBSERVATIONS, Row>> = {
     'image pull failing': ['failed', 'ImagePullFailed', 0],
     'container crash-looping': ['failed', 'CrashLoop', 0],
     'container OOM-killed': ['failed', 'ModelTooLarge', 0],
+    'engine refused by a gated repo': ['failed', 'GatedModelNoToken', 0],
     unschedulable: ['waking', 'WakeRequested', 1],
     'deadlines passed, nothing ready': ['failed', 'WakeTimeout', 0],
     'preflight: gated model, no token': ['failed', 'GatedModelNoToken', 0],
@@ -188,6 +198,7 @@ const TABLE: Record<Phase, Record<keyof typeof OBSERVATIONS, Row>> = {
     'image pull failing': ['failed', 'CrashLoop', 0],
     'container crash-looping': ['failed', 'CrashLoop', 0],
     'container OOM-killed': ['failed', 'CrashLoop', 0],
+    'engine refused by a gated repo': ['failed', 'CrashLoop', 0],
     unschedulable: ['failed', 'CrashLoop', 0],
     'deadlines passed, nothing ready': ['failed', 'CrashLoop', 0],
     'preflight: gated model, no token': ['failed', 'CrashLoop', 0],
