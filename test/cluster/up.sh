@@ -44,10 +44,16 @@ all_running() {
   for c in "${COMPONENTS[@]}"; do our_pid "$c" >/dev/null || return 1; done
   [[ -f "$BERTH_KUBECONFIG" ]] && reachable "$BERTH_KUBECONFIG"
 }
+# A cluster started from other scripts or kwok configuration (an older checkout) is not reused:
+# its fake nodes and stages would not be the ones the tests expect.
+fingerprint=$(cat "$here"/up.sh "$here"/lib.sh "$here"/kwok/*.yaml | sha256sum | cut -c1-16)
 if all_running; then
-  log "local cluster already running; reusing it"
-  echo "export KUBECONFIG=$BERTH_KUBECONFIG"
-  exit 0
+  if [[ "$(cat "$BERTH_CLUSTER_DIR/config.sha" 2>/dev/null)" == "$fingerprint" ]]; then
+    log "local cluster already running; reusing it"
+    echo "export KUBECONFIG=$BERTH_KUBECONFIG"
+    exit 0
+  fi
+  log "local cluster running with another configuration; restarting it"
 fi
 
 # 3. Binaries: KUBEBUILDER_ASSETS provides some, the rest are built (or already cached).
@@ -77,7 +83,7 @@ trap 'fail "interrupted"' INT TERM
 # 4. Clear whatever a killed previous run left behind (its processes, pid files, data).
 started_at=$SECONDS
 stop_components
-rm -rf "${BERTH_CLUSTER_DIR:?}"/{etcd,pki,run,logs,kubeconfig,admin.kubeconfig,ports.env}
+rm -rf "${BERTH_CLUSTER_DIR:?}"/{etcd,pki,run,logs,kubeconfig,admin.kubeconfig,ports.env,config.sha}
 mkdir -p "$BERTH_CLUSTER_DIR"/{pki,run,logs}
 
 # 5. Free loopback ports, chosen now so a port held by something else never blocks us.
@@ -216,6 +222,7 @@ wait_for kube-scheduler 60 curl -sfk "https://127.0.0.1:$sched_port/healthz"
 
 nodes=$(k get nodes --no-headers | wc -l)
 cp "$kubeconfig" "$BERTH_KUBECONFIG.tmp" && mv -f "$BERTH_KUBECONFIG.tmp" "$BERTH_KUBECONFIG"
+echo "$fingerprint" >"$BERTH_CLUSTER_DIR/config.sha"
 log "cluster up in $((SECONDS - started_at))s: Kubernetes $K8S_VERSION, $nodes nodes, logs in $BERTH_CLUSTER_DIR/logs"
 log "stop it with: npm run cluster:down"
 echo "export KUBECONFIG=$BERTH_KUBECONFIG"

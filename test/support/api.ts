@@ -78,7 +78,8 @@ export interface ApiProcess {
 export async function spawnApi(env: Record<string, string>): Promise<ApiProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'apps/api/src/main.ts'], {
     cwd: root,
-    env: { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    // The suite's KUBECONFIG is for the tests; an API process gets a cluster only when asked.
+    env: { ...process.env, KUBECONFIG: '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

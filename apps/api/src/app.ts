@@ -100,7 +100,8 @@ export function createApp(deps: AppDeps): express.Express {
   } else {
     api.all(['/endpoints', '/endpoints/*rest', '/d/*rest'], () => {
       throw new ApiError('service_unavailable', {
-        message: 'Dedicated endpoints are not configured: set KUBECONFIG (or run the API in a cluster)',
+        message:
+          'Dedicated endpoints are not configured: set KUBECONFIG (or run the API in a cluster), or BERTH_RUNTIME=local for one process on this machine',
       });
     });
   }
