@@ -1,9 +1,15 @@
 // `npm run bench [name...]`: runs the named benchmarks (default: all) and prints Markdown for
 // BENCHMARKS.md. Every figure is measured in the same run as its baseline.
 import { benchAuth } from './auth.ts';
+import { benchProxy } from './proxy.ts';
 
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
+  proxy: () => benchProxy(),
+  'proxy-latency': () => benchProxy(['latency']),
+  'proxy-cpu': () => benchProxy(['cpu']),
+  'proxy-streams': () => benchProxy(['streams']),
+  'proxy-wake': () => benchProxy(['wake']),
 };
 
 const names = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(benches);

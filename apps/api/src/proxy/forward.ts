@@ -1,7 +1,7 @@
 // Forwards one request to an endpoint's replicas with undici and streams the answer back.
 // Retries happen only before the first byte reaches the client; after it, a failure becomes an
 // SSE error frame. The signal aborts the upstream (client gone, key revoked, wall-clock limit).
-import { once } from 'node:events';
+import { finished } from 'node:stream';
 import type { Response } from 'express';
 import type { Dispatcher } from 'undici';
 import { ApiError, errorFrame } from '../errors.ts';
@@ -119,6 +119,46 @@ async function readCapped(body: Dispatcher.ResponseData['body']): Promise<string
 }
 
 /**
+ * Copies the engine's SSE body to the client through the usage tap, chunk by chunk as it arrives.
+ * Flowing mode ('data' events) rather than `for await`: one callback per chunk instead of a promise
+ * and a microtask, on the path every token takes. Backpressure: the engine's body is paused until
+ * the client drains. Rejects on an upstream error, or with the signal's reason when it aborts.
+ */
+function relay(
+  body: Dispatcher.ResponseData['body'],
+  res: Response,
+  tap: SseUsageTap,
+  signal: AbortSignal,
+): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const done = (err?: unknown) => {
+      body.off('data', onData);
+      res.off('drain', onDrain);
+      signal.removeEventListener('abort', onAbort);
+      if (err === undefined) resolve();
+      else reject(err);
+    };
+    const onData = (chunk: Buffer) => {
+      const out = tap.push(chunk);
+      if (out.length && !res.write(out)) {
+        body.pause();
+        res.once('drain', onDrain);
+      }
+    };
+    const onDrain = () => body.resume();
+    const onAbort = () => done(signal.reason);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    // End, error or premature close, as `for await` would see them. finished() leaves its 'error'
+    // listener on, so an error after we stop listening is not an uncaught exception.
+    finished(body, { writable: false }, (err) =>
+      done(err ? (signal.aborted ? signal.reason : err) : undefined),
+    );
+    body.on('data', onData);
+  });
+}
+
+/**
  * Forwards and writes the answer to `res`. Resolves with the usage the engine reported (if any)
  * once the answer is complete. Throws an ApiError only while nothing has been sent yet.
  */
@@ -158,14 +198,7 @@ export async function forward(
   res.flushHeaders();
   const tap = new SseUsageTap(stripUsage);
   try {
-    for await (const chunk of upstream.body) {
-      const out = tap.push(chunk as Buffer);
-      if (out.length && !res.write(out)) {
-        // Backpressure: stop reading the engine until the client catches up.
-        await Promise.race([once(res, 'drain'), once(req.signal as unknown as NodeJS.EventEmitter, 'abort')]);
-        if (req.signal.aborted) throw req.signal.reason;
-      }
-    }
+    await relay(upstream.body, res, tap, req.signal);
     const rest = tap.end();
     if (rest.length) res.write(rest);
     res.end();

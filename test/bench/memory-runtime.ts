@@ -1,0 +1,101 @@
+// An in-memory endpoint runtime for benchmarks: one DedicatedEndpoint object and a Backends whose
+// addresses the benchmark sets, wired with the API's own waker and activity reporter — exactly the
+// shapes registerDedicatedRoutes consumes, with no Kubernetes behind them.
+import { Agent } from 'undici';
+import type { Logger } from 'pino';
+import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
+import type { EndpointRuntime } from '../../apps/api/src/endpoints/index.ts';
+import { activityReporter } from '../../apps/api/src/endpoints/activity.ts';
+import { Listeners, type Backends, type EndpointStore } from '../../apps/api/src/endpoints/store.ts';
+import { waker } from '../../apps/api/src/endpoints/wake.ts';
+
+export const BENCH_ENDPOINT_ID = 'endpt-bench0001';
+
+export interface MemoryRuntime extends EndpointRuntime {
+  /** Replaces the endpoint (its owner and phase). */
+  setEndpoint(account: string, phase: Phase): void;
+  /** Sets the ready replica addresses and notifies watchers (the "readiness" moment). */
+  setAddresses(addresses: readonly string[]): void;
+  /** Wake annotations written (the store's annotate calls carrying a wake request). */
+  readonly annotations: number;
+}
+
+export function memoryRuntime(logger: Logger): MemoryRuntime {
+  let endpoint: DedicatedEndpoint | undefined;
+  let addresses: readonly string[] = [];
+  let annotations = 0;
+  const endpointListeners = new Listeners<DedicatedEndpoint | undefined>();
+  const addressListeners = new Listeners<readonly string[]>();
+
+  const store: EndpointStore = {
+    ready: async () => {},
+    get: (id) => (endpoint && endpoint.metadata.name === id ? endpoint : undefined),
+    list: () => (endpoint ? [endpoint] : []),
+    create: () => Promise.reject(new Error('the benchmark runtime does not create endpoints')),
+    delete: async () => false,
+    async annotate(id, values) {
+      annotations++;
+      if (!endpoint || endpoint.metadata.name !== id) return;
+      endpoint = {
+        ...endpoint,
+        metadata: { ...endpoint.metadata, annotations: { ...endpoint.metadata.annotations, ...values } },
+      };
+      endpointListeners.emit(id, endpoint);
+    },
+    watch: (id, fn) => endpointListeners.add(id, fn),
+    close: async () => {},
+  };
+  const backends: Backends = {
+    ready: async () => {},
+    addresses: (id) => (id === BENCH_ENDPOINT_ID ? addresses : []),
+    watch: (id, fn) => addressListeners.add(id, fn),
+    close: async () => {},
+  };
+  const activity = activityReporter(store, logger);
+  // The same Agent settings as kubernetesRuntime.
+  const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const noLogs = { stream: async () => {} };
+
+  return {
+    kind: 'kubernetes',
+    store,
+    backends,
+    waker: waker(store, backends, logger),
+    activity,
+    logs: noLogs,
+    dispatcher,
+    ready: async () => {},
+    async close() {
+      await activity.close();
+      await dispatcher.close();
+    },
+    get annotations() {
+      return annotations;
+    },
+    setEndpoint(account, phase) {
+      const now = new Date().toISOString();
+      endpoint = {
+        apiVersion: API_VERSION,
+        kind: KIND,
+        metadata: { name: BENCH_ENDPOINT_ID, namespace: 'default', annotations: {} },
+        spec: {
+          account,
+          model: { id: 'berth/bench', revision: 'main' },
+          hardware: { gpuType: 'bench', gpuCount: 1 },
+          authMode: 'Private',
+          scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900 },
+        },
+        status: { phase, ...(phase === 'hibernated' ? { hibernatedAt: now } : { upSince: now }) },
+      };
+      endpointListeners.emit(BENCH_ENDPOINT_ID, endpoint);
+    },
+    setAddresses(next) {
+      addresses = next;
+      if (endpoint && next.length && endpoint.status?.phase !== 'up') {
+        endpoint = { ...endpoint, status: { ...endpoint.status, phase: 'up' } };
+        endpointListeners.emit(BENCH_ENDPOINT_ID, endpoint);
+      }
+      addressListeners.emit(BENCH_ENDPOINT_ID, addresses);
+    },
+  };
+}
