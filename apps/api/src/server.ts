@@ -118,6 +118,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const { port } = server.address() as AddressInfo;
     const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
     logger.info({ port, host: config.HOST }, 'Berth API listening');
+    logger.flush();
 
     const k = keys;
     const b = bus;
@@ -148,6 +149,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           await b.close();
           await db.close();
           logger.info('Berth API stopped');
+          logger.flush();
         })()),
     };
   } catch (err) {
