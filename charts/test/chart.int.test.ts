@@ -280,6 +280,8 @@ describe('helm install into the local control plane', () => {
     expect(await can('api', 'get', 'pods/log', ns.name)).toBe('yes');
     expect(await can('api', 'create', 'deployments.apps', ns.name)).toBe('no');
     expect(await can('api', 'get', 'secrets', ns.name)).toBe('no');
+    expect(await can('api', 'create', 'secrets', ns.name)).toBe('yes');
+    expect(await can('api', 'list', 'secrets', ns.name)).toBe('no');
     expect(await can('api', 'list', 'dedicatedendpoints.berth.dev', 'default')).toBe('no');
     expect(await can('operator', 'patch', 'dedicatedendpoints.berth.dev/status', ns.name)).toBe('yes');
     expect(await can('operator', 'update', 'dedicatedendpoints.berth.dev/finalizers', ns.name)).toBe('yes');

@@ -37,6 +37,7 @@ function isNotFound(err: unknown): boolean {
 
 export function k8sEndpointStore(kc: KubeConfig, namespace: string, logger: Logger): EndpointStore {
   const api = kc.makeApiClient(CustomObjectsApi);
+  const core = kc.makeApiClient(CoreV1Api);
   const path = `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`;
   const informer = makeInformer<DedicatedEndpoint & KubernetesObject>(kc, path, () =>
     api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL }),
@@ -52,20 +53,65 @@ export function k8sEndpointStore(kc: KubeConfig, namespace: string, logger: Logg
     ready: () => started,
     get: (id) => informer.get(id, namespace),
     list: () => [...informer.list(namespace)],
-    async create({ id, displayName, spec }) {
+    async create({ id, displayName, spec, hubToken }) {
+      // The token goes into a Secret before the resource exists, so the operator's provisioning
+      // check never sees a reference to a missing Secret; once the resource exists it owns the
+      // Secret, so terminating the endpoint deletes the token too.
+      const secretName = `${id}-hub-token`;
+      if (hubToken) {
+        await core.createNamespacedSecret({
+          namespace,
+          body: {
+            metadata: { name: secretName, namespace, labels: { [LABEL_ENDPOINT]: id } },
+            type: 'Opaque',
+            stringData: { token: hubToken },
+          },
+        });
+      }
       const body = {
         apiVersion: API_VERSION,
         kind: KIND,
         metadata: { name: id, namespace, annotations: { [ANNOTATION_DISPLAY_NAME]: displayName } },
-        spec,
+        spec: hubToken
+          ? { ...spec, model: { ...spec.model, hubTokenSecretRef: { name: secretName, key: 'token' } } }
+          : spec,
       };
-      return (await api.createNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace,
-        plural: PLURAL,
-        body,
-      })) as DedicatedEndpoint;
+      let created: DedicatedEndpoint;
+      try {
+        created = (await api.createNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace,
+          plural: PLURAL,
+          body,
+        })) as DedicatedEndpoint;
+      } catch (err) {
+        if (hubToken) await core.deleteNamespacedSecret({ name: secretName, namespace }).catch(() => {});
+        throw err;
+      }
+      if (hubToken) {
+        await core.patchNamespacedSecret(
+          {
+            name: secretName,
+            namespace,
+            body: {
+              metadata: {
+                ownerReferences: [
+                  {
+                    apiVersion: API_VERSION,
+                    kind: KIND,
+                    name: id,
+                    uid: created.metadata.uid ?? '',
+                    blockOwnerDeletion: false,
+                  },
+                ],
+              },
+            },
+          },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        );
+      }
+      return created;
     },
     async delete(id) {
       try {

@@ -7,10 +7,16 @@ export interface EndpointStore {
   ready(): Promise<void>;
   get(id: string): DedicatedEndpoint | undefined;
   list(): DedicatedEndpoint[];
+  /**
+   * Creates the endpoint. With `hubToken`, the token is stored where the engine reads it (a Secret
+   * the endpoint owns, on Kubernetes) and the spec references it; stores that cannot keep a token
+   * refuse it with an ApiError.
+   */
   create(input: {
     id: string;
     displayName: string;
     spec: DedicatedEndpointSpecInput;
+    hubToken?: string;
   }): Promise<DedicatedEndpoint>;
   /** False when it did not exist. */
   delete(id: string): Promise<boolean>;

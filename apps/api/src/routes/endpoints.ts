@@ -28,6 +28,14 @@ export const createEndpointBody = z.strictObject({
   model: ModelSpecSchema.shape.id.describe('Model hub id, e.g. "Qwen/Qwen2.5-7B-Instruct"'),
   revision: z.string().min(1).max(255).optional(),
   maxModelLen: z.int().min(1).max(10_000_000).optional(),
+  hubToken: z
+    .string()
+    .min(1, 'must not be empty')
+    .max(1024)
+    .optional()
+    .describe(
+      'Model hub token for a gated or private model; checked at provisioning time and never shown again',
+    ),
   hardware: z.strictObject({
     gpuType: z.string().min(1).describe('An id from GET /api/hardware'),
     gpuCount: z.int('must be a whole number').min(1, 'must be at least 1').max(64),
@@ -178,7 +186,12 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
       authMode: body.authMode ?? 'Private',
       scaling,
     };
-    const created = await deps.store.create({ id, displayName: body.name ?? id, spec });
+    const created = await deps.store.create({
+      id,
+      displayName: body.name ?? id,
+      spec,
+      hubToken: body.hubToken,
+    });
     res.status(201).json(viewEndpoint(created, publicBase(req, deps.publicUrl)));
   });
 

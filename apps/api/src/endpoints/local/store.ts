@@ -3,6 +3,7 @@
 // every write goes to the database first, then the cache, then the listeners. It exposes two
 // views of the same objects: the API's EndpointStore (by id) and the reconciler's (by key).
 import { randomUUID } from 'node:crypto';
+import { ApiError } from '../../errors.ts';
 import {
   API_VERSION,
   DedicatedEndpointSpecSchema,
@@ -105,7 +106,14 @@ export async function localEndpointStore(
     ready: () => Promise.resolve(),
     get: (id) => cache.get(id),
     list: () => [...cache.values()],
-    async create({ id, displayName, spec }) {
+    async create({ id, displayName, spec, hubToken }) {
+      if (hubToken) {
+        throw new ApiError('validation_error', {
+          message:
+            'Invalid request body: hubToken: not accepted in local mode, where engines read HF_TOKEN from the API process: set HF_TOKEN and start the API again',
+          param: 'hubToken',
+        });
+      }
       const e: DedicatedEndpoint = {
         apiVersion: API_VERSION,
         kind: KIND,
