@@ -39,6 +39,11 @@ const RETRY_WAKING = '10';
 
 class ClientGone extends Error {}
 
+/** `780 s`, `1.5 s`: whole seconds as they are, others to a tenth (never rounded to a wrong limit). */
+function seconds(ms: number): string {
+  return ms % 1000 === 0 ? `${ms / 1000} s` : `${(ms / 1000).toFixed(1)} s`;
+}
+
 async function authorize(
   req: Request,
   res: Response,
@@ -124,7 +129,7 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
       () =>
         controller.abort(
           new ApiError('gateway_timeout', {
-            message: `The request exceeded the wall-clock limit of ${Math.round(deps.config.requestTimeoutMs / 1000)} s`,
+            message: `The request exceeded the wall-clock limit of ${seconds(deps.config.requestTimeoutMs)}`,
           }),
         ),
       deps.config.requestTimeoutMs,
@@ -150,7 +155,7 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
           throw unavailable(deps.store.get(id) ?? endpoint) ?? new ApiError('endpoint_unavailable');
         if (outcome === 'timeout') {
           throw new ApiError('endpoint_waking', {
-            message: `Endpoint ${id} did not become ready within ${Math.round(deps.config.wakeHoldMs / 1000)} s; retry shortly`,
+            message: `Endpoint ${id} did not become ready within ${seconds(deps.config.wakeHoldMs)}; retry shortly`,
             headers: { 'retry-after': RETRY_WAKING },
           });
         }

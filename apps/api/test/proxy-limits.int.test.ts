@@ -1,0 +1,173 @@
+// The dedicated proxy's time limits and held requests, deterministic: real keys on PostgreSQL, a
+// real engine simulator, and an in-memory endpoint runtime whose readiness the test controls
+// (the Kubernetes path of the same code is covered by test/e2e/dedicated.int.test.ts).
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { openMigratedDatabase } from '@berth/db';
+import { startEngineSim } from '@berth/engine-sim';
+import { pino } from 'pino';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { DEFAULT_CATALOG } from '@berth/crds';
+import { createApp } from '../src/app.ts';
+import { keyHasher } from '../src/keys/format.ts';
+import { localRevocationBus } from '../src/keys/revocation-bus.ts';
+import { keyService, type KeyService } from '../src/keys/service.ts';
+import { createMetrics } from '../src/metrics.ts';
+import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
+import { usageRecorder } from '../src/proxy/usage.ts';
+import { healthRepository, keyRepository } from '../src/repositories/keys.ts';
+import { usageRepository } from '../src/repositories/usage.ts';
+import {
+  BENCH_ENDPOINT_ID as ID,
+  memoryRuntime,
+  type MemoryRuntime,
+} from '../../../test/bench/memory-runtime.ts';
+import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+
+const logger = pino({ level: 'silent' });
+let testDb: TestDatabase;
+let db: Awaited<ReturnType<typeof openMigratedDatabase>>;
+let keys: KeyService;
+let runtime: MemoryRuntime;
+let sim: Awaited<ReturnType<typeof startEngineSim>>;
+let server: Server;
+let url: string;
+let account: { id: string };
+let key: { id: string; value: string };
+
+beforeAll(async () => {
+  testDb = await createTestDatabase('proxy_limits');
+  db = await openMigratedDatabase({ kind: 'postgres', url: testDb.url });
+  keys = keyService({
+    repo: keyRepository(db.prisma),
+    hash: keyHasher(),
+    bus: localRevocationBus(),
+    touchIntervalMs: 60_000,
+  });
+  runtime = memoryRuntime(logger);
+  sim = await startEngineSim({ model: 'berth/bench', ttftMs: 0, itlMs: 50, outputTokens: 100 });
+  const app = createApp({
+    config: {
+      MAX_BODY_BYTES: 1 << 20,
+      BERTH_MODELS: [],
+      WAKE_HOLD_TIMEOUT_MS: 800,
+      REQUEST_TIMEOUT_MS: 1500,
+      PROXY_RETRIES: 0,
+    },
+    adminToken: 'x'.repeat(20),
+    keys,
+    health: healthRepository(db.prisma),
+    metrics: createMetrics(),
+    logger,
+    lifecycle: { shuttingDown: false },
+    catalog: DEFAULT_CATALOG,
+    endpoints: {
+      runtime,
+      usage: usageRecorder(usageRepository(db.prisma), logger, 60_000),
+      limiter: memoryRateLimiter(),
+    },
+  });
+  server = app.listen(0, '127.0.0.1');
+  await new Promise((r) => server.once('listening', r));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/d/${ID}/chat/completions`;
+  ({ account } = await keys.createAccount('limits'));
+});
+
+afterAll(async () => {
+  server?.close();
+  await runtime?.close();
+  await sim?.close();
+  await keys?.close();
+  await db?.close();
+  await testDb?.drop();
+});
+
+beforeEach(async () => {
+  runtime.setAddresses([]);
+  runtime.setEndpoint(account.id, 'hibernated');
+  key = await keys.createKey({ accountId: account.id, name: 'k', scope: 'inference' });
+});
+
+const call = (body: Record<string, unknown> = {}, signal?: AbortSignal) =>
+  fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key.value}`, 'content-type': 'application/json' },
+    body: JSON.stringify({
+      model: 'berth/bench',
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 4,
+      ...body,
+    }),
+    signal,
+  });
+
+describe('held requests', () => {
+  it('are released when a replica becomes ready, after one wake for the whole burst', async () => {
+    const wakes = runtime.waker.wakesSignalled;
+    const pending = Array.from({ length: 20 }, () => call());
+    await new Promise((r) => setTimeout(r, 200));
+    runtime.setAddresses([sim.url]);
+    const answers = await Promise.all(pending);
+    expect(answers.map((r) => r.status)).toEqual(Array(20).fill(200));
+    expect(runtime.waker.wakesSignalled - wakes).toBe(1);
+  });
+
+  it('end with 503 endpoint_waking and Retry-After when the endpoint is not ready in time', async () => {
+    const started = Date.now();
+    const res = await call();
+    expect(Date.now() - started).toBeGreaterThanOrEqual(750);
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('10');
+    expect((await res.json()).error).toMatchObject({
+      code: 'endpoint_waking',
+      message: `Endpoint ${ID} did not become ready within 0.8 s; retry shortly`,
+    });
+  });
+
+  it('end with 401 Invalid API key when their key is revoked while they wait', async () => {
+    const pending = call();
+    await new Promise((r) => setTimeout(r, 150));
+    await keys.revoke(account.id, key.id);
+    const res = await pending;
+    expect(res.status).toBe(401);
+    expect(await res.json()).toEqual({
+      error: {
+        message: 'Invalid API key',
+        type: 'invalid_request_error',
+        code: 'invalid_api_key',
+        param: null,
+      },
+      message: 'Invalid API key',
+    });
+  });
+
+  it('stop counting as activity when the client goes away', async () => {
+    const controller = new AbortController();
+    const pending = call({}, controller.signal).catch(() => undefined);
+    await new Promise((r) => setTimeout(r, 150));
+    expect(runtime.activity.inFlight(ID)).toBe(1);
+    controller.abort();
+    await pending;
+    await new Promise((r) => setTimeout(r, 100));
+    expect(runtime.activity.inFlight(ID)).toBe(0);
+  });
+});
+
+describe('the wall-clock limit', () => {
+  it('ends a stream that runs past it with an SSE error frame', async () => {
+    runtime.setAddresses([sim.url]);
+    const started = Date.now();
+    const res = await call({ stream: true, max_tokens: 100, ignore_eos: true });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(1400);
+    expect(took).toBeLessThan(4000); // the engine would have taken 5 s
+    const events = text.split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    expect(JSON.parse(events.at(-2)!.slice(6))).toMatchObject({
+      error: { code: 'gateway_timeout', message: 'The request exceeded the wall-clock limit of 1.5 s' },
+    });
+    expect(events.length).toBeGreaterThan(5);
+  });
+});
