@@ -2,6 +2,7 @@
 // per endpoint and per client address. In memory by default; shared across API replicas through
 // Redis when REDIS_URL is set.
 import { Redis } from 'ioredis';
+import type { Logger } from 'pino';
 
 export interface RateLimitResult {
   allowed: boolean;
@@ -45,25 +46,43 @@ export function memoryRateLimiter(now = () => Date.now()): RateLimiter {
   };
 }
 
-export function redisRateLimiter(url: string): RateLimiter {
-  const redis = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: false });
-  redis.on('error', () => {}); // surfaced per call below
+/**
+ * Connects before the API serves (a command sent before the connection is up would fail), then
+ * fails fast: if Redis is unreachable later, requests are let through (fail open, logged at most
+ * once a minute) rather than refusing every call to a Public endpoint.
+ */
+export async function redisRateLimiter(url: string, logger?: Logger): Promise<RateLimiter> {
+  const redis = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+  redis.on('error', () => {}); // reported per call below
+  await redis.connect();
+  let lastWarning = 0;
   return {
     async hit(key, limit) {
       const t = Date.now();
       const start = t - (t % WINDOW_MS);
       const k = `berth:rl:${key}:${start}`;
-      const [[, count]] = (await redis
-        .multi()
-        .incr(k)
-        .pexpire(k, WINDOW_MS + 1000)
-        .exec()) as [[null, number], unknown];
-      return {
-        allowed: count <= limit,
-        limit,
-        remaining: Math.max(0, limit - count),
-        resetMs: start + WINDOW_MS - t,
-      };
+      try {
+        const [[, count]] = (await redis
+          .multi()
+          .incr(k)
+          .pexpire(k, WINDOW_MS + 1000)
+          .exec()) as [[null, number], unknown];
+        return {
+          allowed: count <= limit,
+          limit,
+          remaining: Math.max(0, limit - count),
+          resetMs: start + WINDOW_MS - t,
+        };
+      } catch (err) {
+        if (t - lastWarning > 60_000) {
+          lastWarning = t;
+          logger?.warn(
+            { err: (err as Error).message },
+            'rate limiter cannot reach Redis; letting requests through',
+          );
+        }
+        return { allowed: true, limit, remaining: limit, resetMs: start + WINDOW_MS - t };
+      }
     },
     async close() {
       await redis.quit().catch(() => redis.disconnect());
