@@ -95,6 +95,17 @@ function sdk(id: string, apiKey: string, opts: Partial<ConstructorParameters<typ
   return new OpenAI({ baseURL: `${api.url}/api/d/${id}`, apiKey, maxRetries: 0, ...opts });
 }
 
+/** `kubectl apply` of a DedicatedEndpoint owned by the test account (the other way in). */
+async function kubectlApplyEndpoint(id: string, spec: Record<string, unknown>) {
+  const manifest = {
+    apiVersion: API_VERSION,
+    kind: KIND,
+    metadata: { name: id, namespace: ns.name },
+    spec: { account: acct.id, model: { id: 'org/small' }, ...spec },
+  };
+  await kubectlOk(['apply', '-f', '-'], { input: JSON.stringify(manifest) });
+}
+
 let small: string;
 
 describe('provisioning through the API', () => {
@@ -409,18 +420,10 @@ describe('calling a dedicated endpoint with the OpenAI SDK', () => {
 describe('endpoints created with kubectl', () => {
   it('are served like the API’s own; Public needs no key and is rate-limited per client', async () => {
     const id = 'endpt-kubectl-public';
-    const manifest = {
-      apiVersion: API_VERSION,
-      kind: KIND,
-      metadata: { name: id, namespace: ns.name },
-      spec: {
-        account: acct.id,
-        model: { id: 'org/small' },
-        hardware: { gpuType: 'nvidia-l4-24gb', gpuCount: 1 },
-        authMode: 'Public',
-      },
-    };
-    await kubectlOk(['apply', '-f', '-'], { input: JSON.stringify(manifest) });
+    await kubectlApplyEndpoint(id, {
+      hardware: { gpuType: 'nvidia-l4-24gb', gpuCount: 1 },
+      authMode: 'Public',
+    });
     await waitStatus(id, 'up', 90_000);
     const listed = await (await fetch(api.url + '/api/endpoints', { headers: bearer(acct.global) })).json();
     expect(listed.data.map((e: { id: string }) => e.id)).toContain(id);
@@ -452,18 +455,9 @@ describe('endpoints created with kubectl', () => {
 describe('phases seen by callers', () => {
   it('building: 503 endpoint_building with Retry-After', async () => {
     const id = 'endpt-slow-build';
-    await kubectlOk(['apply', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: API_VERSION,
-        kind: KIND,
-        metadata: { name: id, namespace: ns.name },
-        spec: {
-          account: acct.id,
-          model: { id: 'org/small' },
-          hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
-          engine: { podAnnotations: { 'sim.berth.dev/ready-after': '1h' } },
-        },
-      }),
+    await kubectlApplyEndpoint(id, {
+      hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
+      engine: { podAnnotations: { 'sim.berth.dev/ready-after': '1h' } },
     });
     await eventually(async () => expect(await getEndpoint(id)).toMatchObject({ status: 'building' }), {
       timeout: 20_000,
@@ -557,20 +551,11 @@ describe('scale to zero and wake on request', () => {
 describe('activity', () => {
   it('a stream longer than the idle timeout keeps the endpoint up and is never cut', async () => {
     const id = 'endpt-long-stream';
-    await kubectlOk(['apply', '-f', '-'], {
-      input: JSON.stringify({
-        apiVersion: API_VERSION,
-        kind: KIND,
-        metadata: { name: id, namespace: ns.name },
-        spec: {
-          account: acct.id,
-          model: { id: 'org/small' },
-          hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
-          scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 15 },
-          // 220 tokens at 100 ms: a 22 s stream against a 15 s idle timeout.
-          engine: { env: [{ name: 'SIM_ITL_MS', value: '100' }] },
-        },
-      }),
+    await kubectlApplyEndpoint(id, {
+      hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
+      scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 15 },
+      // 220 tokens at 100 ms: a 22 s stream against a 15 s idle timeout.
+      engine: { env: [{ name: 'SIM_ITL_MS', value: '100' }] },
     });
     const up = await waitStatus(id, 'up', 90_000);
     const stream = await sdk(id, acct.inference, { timeout: 120_000 }).chat.completions.create({
