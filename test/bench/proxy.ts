@@ -16,7 +16,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
-import { cliPath } from '@berth/engine-sim';
+import { spawnEngineSim, type SpawnedEngineSim } from '@berth/engine-sim';
 import { createTestDatabase } from '../support/postgres.ts';
 import { BENCH_ENDPOINT_ID } from './memory-runtime.ts';
 import type { Command, Reply } from './proxy-server.ts';
@@ -36,34 +36,8 @@ const CHUNK_TOKENS = 256;
 
 // ---------------------------------------------------------------- processes
 
-interface Sim {
-  child: ChildProcess;
-  url: string;
-}
-
-async function startSim(args: string[]): Promise<Sim> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', cliPath, '--model', 'bench', '--host', '127.0.0.1', '--port', '0', ...args],
-    { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error('simulator did not start in 30 s')), 30_000);
-    child.stdout!.setEncoding('utf8').on('data', (c: string) => {
-      out += c;
-      const m = /Starting vLLM API server 0 on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m && out.includes('Application startup complete.')) {
-        clearTimeout(timer);
-        child.stdout!.resume();
-        resolve(m[1]!);
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`simulator exited with ${code}`)));
-  });
-  child.stdout!.removeAllListeners('data').resume();
-  return { child, url };
-}
+type Sim = SpawnedEngineSim;
+const startSim = (args: string[]) => spawnEngineSim(args);
 
 async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;

@@ -4,53 +4,18 @@
 //
 //   node --import tsx apps/engine-sim/bench/throughput.ts [--quick]
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { fileURLToPath } from 'node:url';
+import { spawnEngineSim, type SpawnedEngineSim } from '../src/spawn.ts';
 
-const cli = fileURLToPath(new URL('../src/main.ts', import.meta.url));
-const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
 const quick = process.argv.includes('--quick');
 const CLK_TCK = 100; // Linux USER_HZ
 
-interface Sim {
-  child: ChildProcess;
-  url: string;
-}
-
-async function startSim(args: string[]): Promise<Sim> {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', cli, '--model', 'bench', '--host', '127.0.0.1', '--port', '0', ...args],
-    {
-      cwd: repoRoot,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    },
-  );
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error('simulator did not start in 20 s')), 20_000);
-    child.stdout!.setEncoding('utf8').on('data', (c: string) => {
-      out += c;
-      const m = /Starting vLLM API server 0 on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m && out.includes('Application startup complete.')) {
-        clearTimeout(timer);
-        resolve(m[1]!);
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`simulator exited with ${code}`)));
-  });
-  return { child, url };
-}
-
-async function stopSim(sim: Sim): Promise<void> {
-  const exited = new Promise((r) => sim.child.on('exit', r));
-  sim.child.kill('SIGTERM');
-  await exited;
-}
+type Sim = SpawnedEngineSim;
+const startSim = (args: string[]) => spawnEngineSim(args, 20_000);
+const stopSim = (sim: Sim) => sim.stop();
 
 /** CPU seconds (user + system) the process has used so far, from /proc. */
 function cpuSeconds(pid: number): number {

@@ -37,3 +37,4 @@ export async function startEngineSim(options: StartEngineSimOptions = {}): Promi
   if (waitReady) await handle.ready;
   return handle;
 }
+export { spawnEngineSim, type SpawnedEngineSim } from './spawn.ts';
