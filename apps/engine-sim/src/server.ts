@@ -5,13 +5,37 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import type { EngineSimOptions } from './config.ts';
+import {
+  checkRuntimePatch,
+  ConfigError,
+  runtimeSnapshot,
+  type EngineSimOptions,
+  type RuntimeKnobs,
+} from './config.ts';
 import { Engine } from './engine.ts';
-import { cudaOomMessage, gatedRepoMessage, notReady, shuttingDown, vllmLogLine } from './errors.ts';
+import {
+  badRequest,
+  cudaOomMessage,
+  gatedRepoMessage,
+  notReady,
+  shuttingDown,
+  validationError,
+  vllmLogLine,
+} from './errors.ts';
 import { methodNotAllowed, notFound, readBody, sendError, sendJson } from './http.ts';
-import type { Kind } from './job.ts';
 import type { EngineMetrics } from './metrics.ts';
-import { parseGeneration, planFor } from './requests.ts';
+import { parseEmbeddings, parseGeneration, parseResponses, planFor } from './requests.ts';
+
+const ROUTES = [
+  '/health',
+  '/metrics',
+  '/version',
+  '/v1/models',
+  '/v1/chat/completions',
+  '/v1/completions',
+  '/v1/responses',
+  '/v1/embeddings',
+];
 
 export const SIM_VERSION = '0.11.0+engine-sim';
 
@@ -35,6 +59,13 @@ export interface EngineSimHandle {
   ready: Promise<void>;
   isReady(): boolean;
   metrics: EngineMetrics;
+  /**
+   * Changes runtime knobs on the running simulator (as PATCH /sim/config does) and returns them all;
+   * throws ConfigError naming the knob on a bad value. `configure({})` just reads them.
+   */
+  configure(patch: Partial<RuntimeKnobs>): RuntimeKnobs;
+  /** Empties the prefix cache (as POST /reset_prefix_cache does). */
+  resetPrefixCache(): void;
   /** Stop accepting, let in-flight requests finish within the grace period, then cut the rest. */
   close(graceMs?: number): Promise<void>;
 }
@@ -122,20 +153,59 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
         if (!loaded) return sendError(res, notReady());
         return sendJson(res, 200, modelsBody());
       case '/v1/chat/completions':
-      case '/v1/completions': {
+      case '/v1/completions':
+      case '/v1/responses':
+      case '/v1/embeddings': {
         if (method !== 'POST') return methodNotAllowed(res);
         if (!loaded) return sendError(res, notReady());
-        const kind: Kind = path === '/v1/chat/completions' ? 'chat' : 'completion';
         return readBody(req, res, (raw) => {
           const arrivedAt = performance.now();
-          const parsed = parseGeneration(kind, raw, o, served);
+          if (!engine.admit(res)) return;
+          if (path === '/v1/embeddings') {
+            const parsed = parseEmbeddings(raw, o, served);
+            if (!parsed.ok) return sendError(res, parsed.error);
+            return engine.embed(parsed.value, planFor(req, o), res, arrivedAt);
+          }
+          const parsed =
+            path === '/v1/responses'
+              ? parseResponses(raw, o, served)
+              : parseGeneration(path === '/v1/chat/completions' ? 'chat' : 'completion', raw, o, served);
           if (!parsed.ok) return sendError(res, parsed.error);
           engine.generate(parsed.value, planFor(req, o), res, arrivedAt);
         });
       }
+      case '/sim/config':
+        if (!o.simAdmin) return notFound(res);
+        if (method === 'GET') return sendJson(res, 200, JSON.stringify(runtimeSnapshot(o)));
+        if (method !== 'PATCH') return methodNotAllowed(res);
+        return readBody(req, res, (raw) => {
+          let patch: unknown;
+          try {
+            patch = JSON.parse(raw.toString('utf8'));
+          } catch (err) {
+            return sendError(res, validationError(`invalid JSON: ${(err as Error).message}`));
+          }
+          const checked = checkRuntimePatch(o, patch);
+          if (!checked.ok) return sendError(res, badRequest(checked.message, checked.key));
+          Object.assign(o, checked.value);
+          sendJson(res, 200, JSON.stringify(runtimeSnapshot(o)));
+        });
+      case '/reset_prefix_cache':
+        if (!o.simAdmin) return notFound(res);
+        if (method !== 'POST') return methodNotAllowed(res);
+        engine.prefixCache.reset();
+        res.writeHead(200, { 'content-length': 0 });
+        return void res.end();
       default:
         return notFound(res);
     }
+  }
+
+  function configure(patch: Partial<RuntimeKnobs>): RuntimeKnobs {
+    const checked = checkRuntimePatch(o, patch);
+    if (!checked.ok) throw new ConfigError(checked.message);
+    Object.assign(o, checked.value);
+    return runtimeSnapshot(o);
   }
 
   const server = http.createServer({ keepAliveTimeout: 5000 }, route);
@@ -186,13 +256,7 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
         return reject(failure);
       }
       loaded = true;
-      log(
-        vllmLogLine(
-          'INFO',
-          'launcher.py:29',
-          'Available routes are: /health, /metrics, /version, /v1/models, /v1/chat/completions, /v1/completions',
-        ),
-      );
+      log(vllmLogLine('INFO', 'launcher.py:29', `Available routes are: ${ROUTES.join(', ')}`));
       log('INFO:     Application startup complete.\n');
       resolve();
     }, o.startupDelayMs);
@@ -221,6 +285,8 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
     ready,
     isReady: () => loaded,
     metrics: engine.metrics,
+    configure,
+    resetPrefixCache: () => engine.prefixCache.reset(),
     close,
   };
 }

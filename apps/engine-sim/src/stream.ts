@@ -1,8 +1,9 @@
-// The streaming side of a running request: SSE chunks on vLLM's schedule (first token at TTFT, then
-// one every ITL, or as fast as the socket drains at ITL 0), backpressure, stalls and the mid-stream
-// error frame.
+// The streaming side of a running request: tokens on vLLM's schedule (first at TTFT, then one every
+// ITL, or as fast as the socket drains at ITL 0), rendered by the job's emitter, with backpressure,
+// stalls and the mid-stream error. Every token written is counted in `vllm:generation_tokens_total`
+// at once, so a stream the client cuts has counted exactly what was sent.
 import { performance } from 'node:perf_hooks';
-import { errorBody, injectedFailure } from './errors.ts';
+import { injectedFailure } from './errors.ts';
 import type { Job } from './job.ts';
 import type { EngineMetrics, FinishedReason } from './metrics.ts';
 import { TokenGenerator } from './text.ts';
@@ -13,30 +14,19 @@ const ZERO_ITL_BATCH = 256;
 /** What the stream needs from the engine that runs it. */
 export interface StreamHost {
   readonly metrics: EngineMetrics;
-  /** The served model name, JSON-encoded once. */
-  readonly modelJson: string;
   finish(job: Job, reason: FinishedReason): void;
 }
 
-/** The first token is due: send the opening chunk(s) and start pumping. */
+/** The first token is due: send the opening bytes and start pumping. */
 export function firstToken(host: StreamHost, job: Job): void {
   job.timer = null;
   const now = performance.now();
   job.firstTokenAt = now;
   job.lastTokenAt = now;
   host.metrics.ttft.observe((now - job.arrivedAt) / 1000);
-  job.gen = new TokenGenerator(job.seed);
-  const head = `data: {"id":"${job.id}","object":"${job.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'}","created":${job.created},"model":${host.modelJson},"choices":[{"index":0,`;
-  if (job.kind === 'chat') {
-    job.chunkPrefix = head + '"delta":{"content":"';
-    job.chunkSuffix = '"},"logprobs":null,"finish_reason":null}]}\n\n';
-    job.res.write(
-      head + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n',
-    );
-  } else {
-    job.chunkPrefix = head + '"text":"';
-    job.chunkSuffix = '","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n';
-  }
+  job.gen = new TokenGenerator(job.seed, job.output.fixed);
+  const head = job.emitter!.open(job);
+  if (head.length > 0) job.res.write(head);
   pump(host, job);
   if (job.state === 'running' && job.plan.itlMs > 0 && !stalled(job) && job.timer === null)
     job.timer = setInterval(pump, job.plan.itlMs, host, job);
@@ -49,9 +39,11 @@ function stalled(job: Job): boolean {
 /** Writes every token that is due by now (a batch at ITL 0), then ends, stalls or fails as planned. */
 function pump(host: StreamHost, job: Job): void {
   if (job.state !== 'running' || job.paused) return;
+  if (job.res.destroyed) return host.finish(job, 'abort'); // gone before 'close' was delivered
   const { itlMs, stallAfter, errorAfter } = job.plan;
+  const total = job.output.tokens;
   const now = performance.now();
-  let limit = job.outputTokens;
+  let limit = total;
   if (stallAfter !== null && stallAfter < limit) limit = stallAfter;
   if (errorAfter !== null && errorAfter < limit) limit = errorAfter;
   let due: number;
@@ -64,27 +56,35 @@ function pump(host: StreamHost, job: Job): void {
 
   let out = '';
   const gen = job.gen!;
-  const last = job.outputTokens - 1;
-  for (let i = job.emitted; i < due; i++) {
-    const tok = gen.next();
-    if (i === last) out += finalChunk(job, tok);
-    else out += job.chunkPrefix + tok + job.chunkSuffix;
-  }
+  const emitter = job.emitter!;
+  const hasher = job.prompt.hasher;
+  if (job.plain) {
+    // The hot path of every benchmark: no call per token.
+    const last = total - 1;
+    const prefix = job.chunkPrefix;
+    const suffix = job.chunkSuffix;
+    for (let i = job.emitted; i < due; i++) {
+      const tok = gen.next();
+      if (hasher !== null) hasher.push(gen.id);
+      out += i === last ? emitter.token(job, i, tok) : prefix + tok + suffix;
+    }
+  } else
+    for (let i = job.emitted; i < due; i++) {
+      const tok = gen.next();
+      if (hasher !== null) hasher.push(gen.id);
+      out += emitter.token(job, i, tok);
+    }
   const n = due - job.emitted;
-  if (n > 0) {
-    const metrics = host.metrics;
-    if (job.emitted > 0) metrics.itl.observe((now - job.lastTokenAt) / 1000);
-    for (let i = 1; i < n; i++) metrics.itl.observe(0);
-    job.lastTokenAt = now;
-    job.emitted = due;
-    metrics.generationTokens += n;
-  }
+  const metrics = host.metrics;
+  if (job.emitted > 0) metrics.itl.observe((now - job.lastTokenAt) / 1000);
+  for (let i = 1; i < n; i++) metrics.itl.observe(0);
+  job.lastTokenAt = now;
+  job.emitted = due;
+  metrics.generationTokens += n;
 
-  if (job.emitted === job.outputTokens) {
-    if (job.includeUsage) out += usageChunk(host, job);
-    out += 'data: [DONE]\n\n';
-    job.res.end(out);
-    host.finish(job, job.finishReason);
+  if (job.emitted === total) {
+    job.res.end(out + emitter.close(job));
+    host.finish(job, job.output.finishReason === 'length' ? 'length' : 'stop');
     return;
   }
   if (errorAfter !== null && job.emitted >= errorAfter) return failMidStream(host, job, out);
@@ -106,31 +106,7 @@ function pump(host: StreamHost, job: Job): void {
   }
 }
 
-// vLLM reports an error after the first byte as one `data: {"error": ...}` frame, then `[DONE]`.
 function failMidStream(host: StreamHost, job: Job, out: string): void {
-  const e = injectedFailure(job.plan.failStatus ?? 500);
-  job.res.end(out + `data: ${errorBody(e)}\n\ndata: [DONE]\n\n`);
+  job.res.end(out + job.emitter!.fail(job, injectedFailure(job.plan.failStatus ?? 500)));
   host.finish(job, 'error');
-}
-
-function finalChunk(job: Job, tok: string): string {
-  if (job.kind === 'chat')
-    return (
-      job.chunkPrefix +
-      tok +
-      `"},"logprobs":null,"finish_reason":"${job.finishReason}","stop_reason":null}]}\n\n`
-    );
-  return (
-    job.chunkPrefix +
-    tok +
-    `","logprobs":null,"finish_reason":"${job.finishReason}","stop_reason":null}]}\n\n`
-  );
-}
-
-function usageChunk(host: StreamHost, job: Job): string {
-  const object = job.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
-  const p = job.prompt.tokens;
-  const c = job.outputTokens;
-  const usage = `{"prompt_tokens":${p},"total_tokens":${p + c},"completion_tokens":${c}}`;
-  return `data: {"id":"${job.id}","object":"${object}","created":${job.created},"model":${host.modelJson},"choices":[],"usage":${usage}}\n\n`;
 }

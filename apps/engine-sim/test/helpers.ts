@@ -105,6 +105,20 @@ export function sseData(body: string): string[] {
   });
 }
 
+/** Splits a typed SSE body (`event: <type>\ndata: <json>\n\n`, the Responses API) strictly. */
+export function sseEvents(body: string): { event: string; data: Record<string, unknown> }[] {
+  if (!body.endsWith('\n\n'))
+    throw new Error(`SSE body does not end with a blank line: ${JSON.stringify(body.slice(-40))}`);
+  return body
+    .slice(0, -2)
+    .split('\n\n')
+    .map((e) => {
+      const m = /^event: (\S+)\ndata: (.*)$/.exec(e);
+      if (!m || m[2]!.includes('\n')) throw new Error(`not an event/data pair: ${JSON.stringify(e)}`);
+      return { event: m[1]!, data: JSON.parse(m[2]!) as Record<string, unknown> };
+    });
+}
+
 export async function eventually<T>(fn: () => Promise<T> | T, timeoutMs = 5000, intervalMs = 10): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
