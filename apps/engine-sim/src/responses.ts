@@ -8,6 +8,7 @@
 // answer cut by max_output_tokens reported as `status: "incomplete"` with `response.incomplete`.
 import type { VllmError } from './errors.ts';
 import type { Emitter, Job } from './job.ts';
+import { flat } from './render.ts';
 
 type Status = 'in_progress' | 'completed' | 'incomplete';
 
@@ -113,7 +114,7 @@ export function responsesTextEmitter(modelJson: string): Emitter {
           `"content_index":0,"item_id":"${id}","output_index":0,"part":{"annotations":[],"text":"","type":"output_text","logprobs":[]}`,
         );
       job.chunkPrefix = 'event: response.output_text.delta\ndata: {"content_index":0,"delta":"';
-      job.chunkSuffix = `","item_id":"${id}","logprobs":[],"output_index":0,"sequence_number":`;
+      job.chunkSuffix = flat(`","item_id":"${id}","logprobs":[],"output_index":0,"sequence_number":`);
       return out;
     },
     token(job, _i, tok) {

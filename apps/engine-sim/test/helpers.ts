@@ -93,6 +93,22 @@ export function openStream(
   });
 }
 
+/**
+ * Resolves once `done()` holds for what the stream has received, checking at once (the bytes may
+ * have arrived with the headers) and after every chunk.
+ */
+export function until(st: { res: http.IncomingMessage }, done: () => boolean): Promise<void> {
+  return new Promise((resolve) => {
+    if (done()) return resolve();
+    const check = () => {
+      if (!done()) return;
+      st.res.off('data', check);
+      resolve();
+    };
+    st.res.on('data', check);
+  });
+}
+
 /** Splits an SSE body into the payloads of its `data: ` events, checking the framing strictly. */
 export function sseData(body: string): string[] {
   if (!body.endsWith('\n\n'))

@@ -3,7 +3,7 @@
 // client included — so a metering proxy's records can be compared with them.
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { eventually, openStream, request, sample, scrape, sim, sseData } from './helpers.ts';
+import { eventually, openStream, request, sample, scrape, sim, sseData, until } from './helpers.ts';
 
 const labels = { model_name: 'test/model' };
 const messages = [{ role: 'user', content: 'Count with me' }]; // 3 tokens + 4 + 2 = 9 prompt tokens
@@ -111,14 +111,8 @@ describe('the simulator’s own counters', () => {
     });
     // Leave as soon as the fifth token arrives. Tokens come 250 ms apart, so none is on its way
     // unless the machine stalls this process for that long.
-    await new Promise<void>((resolve) =>
-      st.res.on('data', () => {
-        if (st.text().split('\n\n').length - 1 >= 6) {
-          st.abort();
-          resolve();
-        }
-      }),
-    );
+    await until(st, () => st.text().split('\n\n').length - 1 >= 6);
+    st.abort();
     const events = st.text().split('\n\n').slice(0, -1);
     const last = JSON.parse(events.at(-1)!.slice('data: '.length));
     await new Promise((r) => setTimeout(r, 300)); // longer than a token: the cut must stop generation
@@ -137,11 +131,7 @@ describe('the simulator’s own counters', () => {
       { prompt: 'x', stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } },
       { 'x-sim-stall-after': '7' },
     );
-    await new Promise<void>((resolve) =>
-      st.res.on('data', () => {
-        if (st.text().split('\n\n').length - 1 >= 7) resolve();
-      }),
-    );
+    await until(st, () => st.text().split('\n\n').length - 1 >= 7);
     st.abort();
     await new Promise((r) => setTimeout(r, 50));
     expect((await tokenCounters(s.url)).generation).toBe(7);

@@ -5,7 +5,7 @@ import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { PrefixCache } from '../src/prefix-cache.ts';
 import { BlockHasher, chatPrompt, completionPrompt, tokenId } from '../src/text.ts';
-import { openStream, request, sample, scrape, sim } from './helpers.ts';
+import { openStream, request, sample, scrape, sim, until } from './helpers.ts';
 
 const labels = { model_name: 'test/model' };
 
@@ -167,11 +167,7 @@ describe('on the server', () => {
     const s = await sim({ outputTokens: 200, itlMs: 5 });
     const prompt = words(16);
     const st = await openStream(s.url, '/v1/completions', { prompt, stream: true });
-    await new Promise<void>((resolve) =>
-      st.res.on('data', () => {
-        if (st.text().split('\n\n').length > 40) resolve();
-      }),
-    );
+    await until(st, () => st.text().split('\n\n').length > 40);
     st.abort();
     await new Promise((r) => setTimeout(r, 50));
     // The answer so far continues the prompt: prompt + what was received hits its full blocks.

@@ -2,7 +2,7 @@
 // through the official SDK's strict stream accumulator.
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { openStream, request, sample, scrape, sim, sseEvents } from './helpers.ts';
+import { openStream, request, sample, scrape, sim, sseEvents, until } from './helpers.ts';
 
 function client(url: string): OpenAI {
   return new OpenAI({ baseURL: url + '/v1', apiKey: 'x', maxRetries: 0 });
@@ -216,7 +216,7 @@ describe('streaming responses', () => {
       { 'x-sim-stall-after': '3' },
     );
     const deltas = () => st.text().split('event: response.output_text.delta\n').length - 1;
-    await new Promise<void>((resolve) => st.res.on('data', () => deltas() >= 3 && resolve()));
+    await until(st, () => deltas() >= 3);
     st.abort();
     await new Promise((r) => setTimeout(r, 100));
     const e = await scrape(s.url);
