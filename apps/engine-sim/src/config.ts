@@ -35,6 +35,25 @@ export interface EngineSimOptions {
   shutdownGraceMs: number;
   /** Honour the x-sim-* request headers (on by default; it is a simulator). */
   simHeaders: boolean;
+  /** Serve the /sim/config and /reset_prefix_cache admin routes (on by default). */
+  simAdmin: boolean;
+  /**
+   * Requests in flight (queued, running or hung) beyond which new ones are refused with 429, like an
+   * overloaded hosted upstream; null = no limit.
+   */
+  capacity: number | null;
+  /** Prefill time per prompt token not found in the prefix cache, added to TTFT (decimals allowed). */
+  prefillMsPerToken: number;
+  /** vLLM's `--enable-prefix-caching` (on by default in vLLM V1). */
+  enablePrefixCaching: boolean;
+  /** Tokens per KV-cache block, vLLM's `--block-size`: the prefix cache's unit. */
+  blockSize: number;
+  /** Blocks the prefix cache keeps (LRU). */
+  prefixCacheBlocks: number;
+  /** vLLM's `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens` in chat/completions. */
+  enablePromptTokensDetails: boolean;
+  /** Length of the vectors `/v1/embeddings` returns (the model's hidden size). */
+  embeddingDimensions: number;
 }
 
 export const defaultOptions: EngineSimOptions = {
@@ -56,9 +75,17 @@ export const defaultOptions: EngineSimOptions = {
   errorAfterTokens: null,
   shutdownGraceMs: 25_000,
   simHeaders: true,
+  simAdmin: true,
+  capacity: null,
+  prefillMsPerToken: 0,
+  enablePrefixCaching: true,
+  blockSize: 16,
+  prefixCacheBlocks: 4096,
+  enablePromptTokensDetails: false,
+  embeddingDimensions: 384,
 };
 
-type Kind = 'string' | 'int' | 'bool' | 'list' | 'failure' | 'status' | 'nullableInt';
+type Kind = 'string' | 'int' | 'number' | 'bool' | 'list' | 'failure' | 'status' | 'nullableInt';
 
 interface Knob {
   key: keyof EngineSimOptions;
@@ -78,6 +105,12 @@ export const knobs: readonly Knob[] = [
   { key: 'startupDelayMs', flag: '--startup-delay-ms', env: 'SIM_STARTUP_DELAY_MS', kind: 'int' },
   { key: 'ttftMs', flag: '--ttft-ms', env: 'SIM_TTFT_MS', kind: 'int' },
   { key: 'itlMs', flag: '--itl-ms', env: 'SIM_ITL_MS', kind: 'int' },
+  {
+    key: 'prefillMsPerToken',
+    flag: '--prefill-ms-per-token',
+    env: 'SIM_PREFILL_MS_PER_TOKEN',
+    kind: 'number',
+  },
   { key: 'outputTokens', flag: '--output-tokens', env: 'SIM_OUTPUT_TOKENS', kind: 'int' },
   { key: 'failStartup', flag: '--fail-startup', env: 'SIM_FAIL_STARTUP', kind: 'failure' },
   { key: 'requireHfToken', flag: '--require-hf-token', env: 'SIM_REQUIRE_HF_TOKEN', kind: 'string' },
@@ -95,8 +128,30 @@ export const knobs: readonly Knob[] = [
     env: 'SIM_ERROR_AFTER_TOKENS',
     kind: 'nullableInt',
   },
+  { key: 'capacity', flag: '--capacity', env: 'SIM_CAPACITY', kind: 'nullableInt' },
+  {
+    key: 'enablePrefixCaching',
+    flag: '--enable-prefix-caching',
+    env: 'SIM_ENABLE_PREFIX_CACHING',
+    kind: 'bool',
+  },
+  { key: 'blockSize', flag: '--block-size', env: 'SIM_BLOCK_SIZE', kind: 'int' },
+  { key: 'prefixCacheBlocks', flag: '--prefix-cache-blocks', env: 'SIM_PREFIX_CACHE_BLOCKS', kind: 'int' },
+  {
+    key: 'enablePromptTokensDetails',
+    flag: '--enable-prompt-tokens-details',
+    env: 'SIM_ENABLE_PROMPT_TOKENS_DETAILS',
+    kind: 'bool',
+  },
+  {
+    key: 'embeddingDimensions',
+    flag: '--embedding-dimensions',
+    env: 'SIM_EMBEDDING_DIMENSIONS',
+    kind: 'int',
+  },
   { key: 'shutdownGraceMs', flag: '--shutdown-grace-ms', env: 'SIM_SHUTDOWN_GRACE_MS', kind: 'int' },
   { key: 'simHeaders', flag: '--sim-headers', env: 'SIM_HEADERS', kind: 'bool' },
+  { key: 'simAdmin', flag: '--sim-admin', env: 'SIM_ADMIN', kind: 'bool' },
 ];
 
 // vLLM flags that never take a value; every other unknown `--flag` consumes the next argument unless
@@ -106,8 +161,6 @@ const vllmBooleanFlags = new Set([
   '--enforce-eager',
   '--disable-log-requests',
   '--disable-log-stats',
-  '--enable-prefix-caching',
-  '--no-enable-prefix-caching',
   '--enable-chunked-prefill',
   '--no-enable-chunked-prefill',
   '--enable-auto-tool-choice',
@@ -145,8 +198,14 @@ function convert(knob: Knob, raw: string, source: string): unknown {
         .filter(Boolean);
     case 'int':
     case 'nullableInt': {
+      if (knob.kind === 'nullableInt' && (raw === 'none' || raw === '')) return null;
       if (!/^\d+$/.test(raw))
         throw new ConfigError(`${source}: expected a non-negative integer, got '${raw}'`);
+      return Number(raw);
+    }
+    case 'number': {
+      if (!/^(\d+(\.\d*)?|\.\d+)$/.test(raw))
+        throw new ConfigError(`${source}: expected a non-negative number, got '${raw}'`);
       return Number(raw);
     }
     case 'bool': {
@@ -231,8 +290,10 @@ export function parseArgs(
       assign(options, knob, convert(knob, raw, flag));
       continue;
     }
-    if (flag === '--no-sim-headers') {
-      options.simHeaders = false;
+    const negated = flag.startsWith('--no-') ? byFlag.get('--' + flag.slice('--no-'.length)) : undefined;
+    if (negated?.kind === 'bool' && eq === -1) {
+      // `--no-enable-prefix-caching`, `--no-sim-headers`: vLLM's negative form of a boolean flag.
+      assign(options, negated, false);
       continue;
     }
     // An unknown vLLM flag: accept and ignore, with its value if it has one.
@@ -263,6 +324,91 @@ function validate(o: EngineSimOptions): void {
   if (o.maxModelLen < 2) throw new ConfigError(`--max-model-len must be at least 2, got ${o.maxModelLen}`);
   if (o.maxNumSeqs < 1) throw new ConfigError(`--max-num-seqs must be at least 1, got ${o.maxNumSeqs}`);
   if (o.outputTokens < 1) throw new ConfigError(`--output-tokens must be at least 1, got ${o.outputTokens}`);
+  if (o.blockSize < 1) throw new ConfigError(`--block-size must be at least 1, got ${o.blockSize}`);
+  if (o.embeddingDimensions < 1)
+    throw new ConfigError(`--embedding-dimensions must be at least 1, got ${o.embeddingDimensions}`);
+}
+
+/** The knobs a running simulator lets you change (PATCH /sim/config, `handle.configure()`). */
+export const runtimeKnobs = [
+  'ttftMs',
+  'itlMs',
+  'prefillMsPerToken',
+  'outputTokens',
+  'failStatus',
+  'hang',
+  'stallAfterTokens',
+  'errorAfterTokens',
+  'capacity',
+] as const satisfies readonly (keyof EngineSimOptions)[];
+
+export type RuntimeKnobs = Pick<EngineSimOptions, (typeof runtimeKnobs)[number]>;
+
+/** The current values of the runtime knobs. */
+export function runtimeSnapshot(o: EngineSimOptions): RuntimeKnobs {
+  return Object.fromEntries(runtimeKnobs.map((k) => [k, o[k]])) as unknown as RuntimeKnobs;
+}
+
+function jsonValueFits(kind: Kind, v: unknown): boolean {
+  const int = typeof v === 'number' && Number.isInteger(v) && v >= 0;
+  switch (kind) {
+    case 'int':
+      return int;
+    case 'nullableInt':
+      return v === null || int;
+    case 'number':
+      return typeof v === 'number' && Number.isFinite(v) && v >= 0;
+    case 'bool':
+      return typeof v === 'boolean';
+    case 'status':
+      return v === null || (typeof v === 'number' && Number.isInteger(v) && v >= 400 && v <= 599);
+    default:
+      return false;
+  }
+}
+
+const KIND_TEXT: Partial<Record<Kind, string>> = {
+  int: 'a non-negative integer',
+  nullableInt: 'a non-negative integer or null',
+  number: 'a non-negative number',
+  bool: 'true or false',
+  status: 'an HTTP status 400-599 or null',
+};
+
+/**
+ * Checks a JSON patch of runtime knobs (`{"capacity": 0}`) against the current options: every key
+ * must be a runtime knob with a value of its type, and the result must pass the usual checks.
+ */
+export function checkRuntimePatch(
+  o: EngineSimOptions,
+  patch: unknown,
+): { ok: true; value: Partial<RuntimeKnobs> } | { ok: false; key: string | null; message: string } {
+  if (typeof patch !== 'object' || patch === null || Array.isArray(patch))
+    return { ok: false, key: null, message: 'expected a JSON object of runtime knobs' };
+  const runtime: readonly string[] = runtimeKnobs;
+  const byKey = new Map(knobs.filter((k) => runtime.includes(k.key)).map((k) => [k.key as string, k]));
+  for (const [key, value] of Object.entries(patch)) {
+    const knob = byKey.get(key);
+    if (!knob)
+      return {
+        ok: false,
+        key,
+        message: `'${key}' is not a runtime knob; runtime knobs: ${runtimeKnobs.join(', ')}`,
+      };
+    if (!jsonValueFits(knob.kind, value))
+      return {
+        ok: false,
+        key,
+        message: `'${key}' must be ${KIND_TEXT[knob.kind]}, got ${JSON.stringify(value)}`,
+      };
+  }
+  try {
+    validate({ ...o, ...(patch as Partial<EngineSimOptions>) });
+  } catch (err) {
+    if (err instanceof ConfigError) return { ok: false, key: null, message: err.message };
+    throw err;
+  }
+  return { ok: true, value: patch as Partial<RuntimeKnobs> };
 }
 
 export function usage(): string {
@@ -275,7 +421,7 @@ export function usage(): string {
   for (const k of knobs) {
     const def = (defaultOptions as unknown as Record<string, unknown>)[k.key];
     const shown = Array.isArray(def) ? '(model)' : def === null ? '-' : String(def);
-    lines.push(`  ${k.flag.padEnd(22)} ${(k.env ?? '').padEnd(24)} default ${shown}`);
+    lines.push(`  ${k.flag.padEnd(32)} ${(k.env ?? '').padEnd(34)} default ${shown}`);
   }
   return lines.join('\n') + '\n';
 }

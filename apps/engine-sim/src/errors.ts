@@ -147,3 +147,47 @@ export function gatedRepoMessage(model: string): string {
     'Please log in.\n'
   );
 }
+
+/** An OpenAI-style 429 from a simulator at its --capacity, like an overloaded hosted upstream. */
+export function atCapacity(capacity: number): VllmError {
+  return {
+    status: 429,
+    type: 'rate_limit_error',
+    message: `The engine is at capacity (${capacity} requests in flight). Please retry after a short wait.`,
+    param: null,
+  };
+}
+
+/** OpenAI's error body, with a string `code` (vLLM's own errors carry the numeric status). */
+export function openaiErrorBody(e: VllmError, code: string): string {
+  return JSON.stringify({ error: { message: e.message, type: e.type, param: e.param, code } });
+}
+
+export function embeddingInputTooLong(maxModelLen: number, tokens: number): VllmError {
+  return badRequest(
+    `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${tokens} ` +
+      'tokens in the input for embedding generation. Please reduce the length of the input.',
+    'input',
+  );
+}
+
+export function responseNotFound(id: string): VllmError {
+  return {
+    status: 404,
+    type: 'invalid_request_error',
+    message: `Response with id '${id}' not found.`,
+    param: null,
+  };
+}
+
+export function backgroundNotSupported(): VllmError {
+  return {
+    status: 400,
+    type: 'invalid_request_error',
+    message:
+      'This vLLM engine does not support `store=True` and therefore does not support the background mode. ' +
+      'To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when ' +
+      'launching the vLLM server.',
+    param: null,
+  };
+}

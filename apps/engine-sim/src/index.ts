@@ -10,10 +10,14 @@ export {
   resolveOptions,
   usage,
   ConfigError,
+  runtimeKnobs,
   type EngineSimOptions,
+  type RuntimeKnobs,
 } from './config.ts';
 export { StartupError, SIM_VERSION, type EngineSimHandle, type ServeOptions } from './server.ts';
 export { countTokens, chatPrompt, completionPrompt, generateText, seedFor } from './text.ts';
+export { parseCallScript } from './tools.ts';
+export { embed } from './embeddings.ts';
 
 /** Absolute path of the CLI, for `spawn(process.execPath, ['--import', 'tsx', cliPath, ...args])`. */
 export const cliPath = fileURLToPath(new URL('./main.ts', import.meta.url));

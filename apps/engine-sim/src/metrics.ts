@@ -71,6 +71,9 @@ export class EngineMetrics {
   waiting = 0;
   promptTokens = 0;
   generationTokens = 0;
+  /** Prompt tokens looked up in the prefix cache, and those found (vLLM V1 counts tokens). */
+  prefixCacheQueries = 0;
+  prefixCacheHits = 0;
   readonly finished = new Map<FinishedReason, number>(FINISHED_REASONS.map((r) => [r, 0]));
   readonly ttft = new Histogram(TTFT_BUCKETS);
   readonly itl = new Histogram(ITL_BUCKETS);
@@ -105,6 +108,16 @@ export class EngineMetrics {
     );
     counter('vllm:prompt_tokens_total', 'Number of prefill tokens processed.', this.promptTokens);
     counter('vllm:generation_tokens_total', 'Number of generation tokens processed.', this.generationTokens);
+    counter(
+      'vllm:prefix_cache_queries_total',
+      'Prefix cache queries, in terms of number of queried tokens.',
+      this.prefixCacheQueries,
+    );
+    counter(
+      'vllm:prefix_cache_hits_total',
+      'Prefix cache hits, in terms of number of cached tokens.',
+      this.prefixCacheHits,
+    );
     out.push(
       '# HELP vllm:request_success_total Count of successfully processed requests.',
       '# TYPE vllm:request_success_total counter',

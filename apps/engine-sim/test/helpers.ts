@@ -93,6 +93,22 @@ export function openStream(
   });
 }
 
+/**
+ * Resolves once `done()` holds for what the stream has received, checking at once (the bytes may
+ * have arrived with the headers) and after every chunk.
+ */
+export function until(st: { res: http.IncomingMessage }, done: () => boolean): Promise<void> {
+  return new Promise((resolve) => {
+    if (done()) return resolve();
+    const check = () => {
+      if (!done()) return;
+      st.res.off('data', check);
+      resolve();
+    };
+    st.res.on('data', check);
+  });
+}
+
 /** Splits an SSE body into the payloads of its `data: ` events, checking the framing strictly. */
 export function sseData(body: string): string[] {
   if (!body.endsWith('\n\n'))
@@ -103,6 +119,20 @@ export function sseData(body: string): string[] {
       throw new Error(`not a single-line data event: ${JSON.stringify(e)}`);
     return e.slice('data: '.length);
   });
+}
+
+/** Splits a typed SSE body (`event: <type>\ndata: <json>\n\n`, the Responses API) strictly. */
+export function sseEvents(body: string): { event: string; data: Record<string, unknown> }[] {
+  if (!body.endsWith('\n\n'))
+    throw new Error(`SSE body does not end with a blank line: ${JSON.stringify(body.slice(-40))}`);
+  return body
+    .slice(0, -2)
+    .split('\n\n')
+    .map((e) => {
+      const m = /^event: (\S+)\ndata: (.*)$/.exec(e);
+      if (!m || m[2]!.includes('\n')) throw new Error(`not an event/data pair: ${JSON.stringify(e)}`);
+      return { event: m[1]!, data: JSON.parse(m[2]!) as Record<string, unknown> };
+    });
 }
 
 export async function eventually<T>(fn: () => Promise<T> | T, timeoutMs = 5000, intervalMs = 10): Promise<T> {
