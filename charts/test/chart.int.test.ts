@@ -126,6 +126,9 @@ describe('helm template validated by the API server (kubectl apply --dry-run=ser
       ]) {
         expect(kinds, name).toContain(kind);
       }
+      // The bundled PostgreSQL: only where a profile asks for it.
+      const bundled = args.includes('database.bundled.enabled=true') || name === 'cpu-only';
+      expect(kinds.has('StatefulSet'), name).toBe(bundled);
       if (name === 'everything-on') {
         for (const kind of ['Ingress', 'ServiceMonitor']) expect(kinds).toContain(kind);
         expect(manifest).toContain(`namespace: ${endpointsNs.name}`);
@@ -136,12 +139,38 @@ describe('helm template validated by the API server (kubectl apply --dry-run=ser
 });
 
 describe('values.schema.json and template checks reject bad values with a clear message', () => {
+  // Cases listed here get no database value from the test; every other case gets database.url.
+  const ownDatabase = new Set([
+    'no database URL',
+    'a non-Postgres database URL',
+    'a bundled PostgreSQL with a URL-unsafe password',
+    'a bundled PostgreSQL with an unknown uninstall policy',
+  ]);
   const cases: [string, string[], RegExp][] = [
-    ['no database URL', [], /a PostgreSQL URL is required.*database\.url=.*database\.existingSecret\.name/s],
+    [
+      'no database URL',
+      [],
+      /a PostgreSQL URL is required.*database\.url=.*database\.existingSecret\.name.*try-out only.*database\.bundled\.enabled=true/s,
+    ],
     [
       'a non-Postgres database URL',
       ['--set', 'database.url=mysql://db/berth'],
       /\/database\/url.*does not match pattern/,
+    ],
+    [
+      'both a database URL and the bundled PostgreSQL',
+      ['--set', 'database.bundled.enabled=true'],
+      /database\.bundled\.enabled=true and an external database.*are both set; choose one/s,
+    ],
+    [
+      'a bundled PostgreSQL with a URL-unsafe password',
+      ['--set', 'database.bundled.enabled=true', '--set', 'database.bundled.password=p@ss/word:0123456789'],
+      /\/database\/bundled\/password.*does not match pattern/,
+    ],
+    [
+      'a bundled PostgreSQL with an unknown uninstall policy',
+      ['--set', 'database.bundled.enabled=true', '--set', 'database.bundled.persistence.onUninstall=Keep'],
+      /\/database\/bundled\/persistence\/onUninstall.*value must be one of/s,
     ],
     [
       'an admin token under 16 characters',
@@ -183,12 +212,11 @@ describe('values.schema.json and template checks reject bad values with a clear 
   ];
   for (const [what, args, message] of cases) {
     it(`rejects ${what}`, async () => {
-      const needsDb = what !== 'no database URL' && what !== 'a non-Postgres database URL';
       const r = await helm([
         'template',
         'bad',
         chartDir,
-        ...(needsDb ? ['--set', `database.url=${DB_URL}`] : []),
+        ...(ownDatabase.has(what) ? [] : ['--set', `database.url=${DB_URL}`]),
         ...args,
       ]);
       expect(r.code).not.toBe(0);

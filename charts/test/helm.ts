@@ -67,13 +67,34 @@ export async function helmOk(
 /** A database URL for values: the chart requires one and never connects to it at render time. */
 export const DB_URL = 'postgresql://berth:secret@postgres.example:5432/berth';
 
+export const cpuOnlyValues = join(chartDir, 'values-cpu-only.yaml');
+
 /**
  * The documented profiles, each as helm value arguments. `default` is values.yaml plus the one
- * required value; every profile here is linted, rendered and validated by the API server.
+ * required value; `cpu-only` is the one-command try-out (bundled PostgreSQL). Every profile here is
+ * linted, rendered and validated by the API server.
  */
 export const profiles: Record<string, string[]> = {
   default: ['--set', `database.url=${DB_URL}`],
-  'cpu-only': ['-f', join(chartDir, 'values-cpu-only.yaml'), '--set', `database.url=${DB_URL}`],
+  'cpu-only': ['-f', cpuOnlyValues],
+  'cpu-only-external-db': [
+    '-f',
+    cpuOnlyValues,
+    '--set',
+    'database.bundled.enabled=false',
+    '--set',
+    `database.url=${DB_URL}`,
+  ],
+  'bundled-db-retained': [
+    '--set',
+    'database.bundled.enabled=true',
+    '--set',
+    'database.bundled.persistence.onUninstall=Retain',
+    '--set',
+    'database.bundled.persistence.storageClass=standard',
+    '--set',
+    'database.bundled.password=0123456789abcdef-_.~',
+  ],
   'existing-secrets': [
     '--set',
     'database.existingSecret.name=berth-db',
