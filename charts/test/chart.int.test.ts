@@ -1,6 +1,8 @@
 // The chart against the real API server: lint, server-side validation of every profile, schema
 // rejections, and a full install/uninstall into the local control plane (kwok runs the pods; no
 // image is pulled). Fails, never skips, without helm or a cluster.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kubectl, kubectlJson, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
 import { eventually } from '../../test/support/eventually.ts';
@@ -136,6 +138,35 @@ describe('helm template validated by the API server (kubectl apply --dry-run=ser
       expect(kinds, 'least privilege: no cluster-wide RBAC').not.toContain('ClusterRole');
     });
   }
+});
+
+describe("the README's air-gapped image table", () => {
+  it("names every image any profile runs (pods and the operator's engine image)", async () => {
+    const readme = readFileSync(join(chartDir, 'README.md'), 'utf8');
+    const table = readme.slice(
+      readme.indexOf('### Air-gapped clusters'),
+      readme.indexOf('\n## ', readme.indexOf('### Air-gapped clusters')),
+    );
+    const appVersion = /^appVersion: '?([^'\n]+)'?$/m.exec(
+      readFileSync(join(chartDir, 'Chart.yaml'), 'utf8'),
+    )![1]!;
+    const images = new Set<string>();
+    for (const args of Object.values(profiles)) {
+      const manifest = await helmOk(['template', 'img', chartDir, ...args]);
+      for (const m of manifest.matchAll(/^\s+image: "?([^"\s]+)"?$/gm)) images.add(m[1]!);
+      for (const m of manifest.matchAll(/name: BERTH_ENGINE_IMAGE\s+value: "?([^"\s]+)"?/g))
+        images.add(m[1]!);
+    }
+    expect([...images].sort()).toEqual([
+      'ghcr.io/berth-dev/berth-api:' + appVersion,
+      'ghcr.io/berth-dev/berth-engine-sim:' + appVersion,
+      'ghcr.io/berth-dev/berth-operator:' + appVersion,
+      'postgres:17.6',
+      'vllm/vllm-openai:v0.11.0',
+    ]);
+    for (const image of images)
+      expect(table, image).toContain('`' + image.replace(':' + appVersion, ':<appVersion>') + '`');
+  });
 });
 
 describe('values.schema.json and template checks reject bad values with a clear message', () => {
