@@ -1,10 +1,11 @@
 // What GitOps tools say about an object: kstatus (Flux, kpt, the cli-utils applier) and an Argo CD
 // Lua health check, run by the Go programs in this directory (built once by build.sh, cached under
 // ~/.cache/berth/tools). No Go means the tests fail with build.sh's own error; they never skip.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { kubeconfigPath } from '../cluster/env.ts';
+import { runTool } from '../support/process.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repoRoot = join(here, '..', '..');
@@ -28,25 +29,10 @@ export function gitopsToolsDir(): string {
   return binDir;
 }
 
-function run(tool: string, args: string[], input: string, env: NodeJS.ProcessEnv = process.env) {
-  return new Promise<string>((resolve, reject) => {
-    const child = spawn(join(gitopsToolsDir(), tool), args, { env, stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      if (code === 0) resolve(stdout);
-      else reject(new Error(`${tool} ${args.join(' ')} exited ${code}: ${stderr.trim()}`));
-    });
-    child.stdin.end(input);
-  });
+async function run(tool: string, args: string[], input: string, env: NodeJS.ProcessEnv = process.env) {
+  const r = await runTool(join(gitopsToolsDir(), tool), args, { input, env, timeoutMs: 60_000 });
+  if (r.code !== 0) throw new Error(`${tool} ${args.join(' ')} exited ${r.code}: ${r.stderr.trim()}`);
+  return r.stdout;
 }
 
 export type KstatusStatus = 'InProgress' | 'Failed' | 'Current' | 'Terminating' | 'NotFound' | 'Unknown';
