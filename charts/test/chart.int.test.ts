@@ -1,6 +1,8 @@
 // The chart against the real API server: lint, server-side validation of every profile, schema
 // rejections, and a full install/uninstall into the local control plane (kwok runs the pods; no
 // image is pulled). Fails, never skips, without helm or a cluster.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kubectl, kubectlJson, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
 import { eventually } from '../../test/support/eventually.ts';
@@ -126,6 +128,9 @@ describe('helm template validated by the API server (kubectl apply --dry-run=ser
       ]) {
         expect(kinds, name).toContain(kind);
       }
+      // The bundled PostgreSQL: only where a profile asks for it.
+      const bundled = args.includes('database.bundled.enabled=true') || name === 'cpu-only';
+      expect(kinds.has('StatefulSet'), name).toBe(bundled);
       if (name === 'everything-on') {
         for (const kind of ['Ingress', 'ServiceMonitor']) expect(kinds).toContain(kind);
         expect(manifest).toContain(`namespace: ${endpointsNs.name}`);
@@ -135,13 +140,68 @@ describe('helm template validated by the API server (kubectl apply --dry-run=ser
   }
 });
 
+describe("the README's air-gapped image table", () => {
+  it("names every image any profile runs (pods and the operator's engine image)", async () => {
+    const readme = readFileSync(join(chartDir, 'README.md'), 'utf8');
+    const table = readme.slice(
+      readme.indexOf('### Air-gapped clusters'),
+      readme.indexOf('\n## ', readme.indexOf('### Air-gapped clusters')),
+    );
+    const appVersion = /^appVersion: '?([^'\n]+)'?$/m.exec(
+      readFileSync(join(chartDir, 'Chart.yaml'), 'utf8'),
+    )![1]!;
+    const images = new Set<string>();
+    for (const args of Object.values(profiles)) {
+      const manifest = await helmOk(['template', 'img', chartDir, ...args]);
+      for (const m of manifest.matchAll(/^\s+image: "?([^"\s]+)"?$/gm)) images.add(m[1]!);
+      for (const m of manifest.matchAll(/name: BERTH_ENGINE_IMAGE\s+value: "?([^"\s]+)"?/g))
+        images.add(m[1]!);
+    }
+    expect([...images].sort()).toEqual([
+      'ghcr.io/berth-dev/berth-api:' + appVersion,
+      'ghcr.io/berth-dev/berth-engine-sim:' + appVersion,
+      'ghcr.io/berth-dev/berth-operator:' + appVersion,
+      'postgres:17.6',
+      'vllm/vllm-openai:v0.11.0',
+    ]);
+    for (const image of images)
+      expect(table, image).toContain('`' + image.replace(':' + appVersion, ':<appVersion>') + '`');
+  });
+});
+
 describe('values.schema.json and template checks reject bad values with a clear message', () => {
+  // Cases listed here get no database value from the test; every other case gets database.url.
+  const ownDatabase = new Set([
+    'no database URL',
+    'a non-Postgres database URL',
+    'a bundled PostgreSQL with a URL-unsafe password',
+    'a bundled PostgreSQL with an unknown uninstall policy',
+  ]);
   const cases: [string, string[], RegExp][] = [
-    ['no database URL', [], /a PostgreSQL URL is required.*database\.url=.*database\.existingSecret\.name/s],
+    [
+      'no database URL',
+      [],
+      /a PostgreSQL URL is required.*database\.url=.*database\.existingSecret\.name.*try-out only.*database\.bundled\.enabled=true/s,
+    ],
     [
       'a non-Postgres database URL',
       ['--set', 'database.url=mysql://db/berth'],
       /\/database\/url.*does not match pattern/,
+    ],
+    [
+      'both a database URL and the bundled PostgreSQL',
+      ['--set', 'database.bundled.enabled=true'],
+      /database\.bundled\.enabled=true and an external database.*are both set; choose one/s,
+    ],
+    [
+      'a bundled PostgreSQL with a URL-unsafe password',
+      ['--set', 'database.bundled.enabled=true', '--set', 'database.bundled.password=p@ss/word:0123456789'],
+      /\/database\/bundled\/password.*does not match pattern/,
+    ],
+    [
+      'a bundled PostgreSQL with an unknown uninstall policy',
+      ['--set', 'database.bundled.enabled=true', '--set', 'database.bundled.persistence.onUninstall=Keep'],
+      /\/database\/bundled\/persistence\/onUninstall.*value must be one of/s,
     ],
     [
       'an admin token under 16 characters',
@@ -183,12 +243,11 @@ describe('values.schema.json and template checks reject bad values with a clear 
   ];
   for (const [what, args, message] of cases) {
     it(`rejects ${what}`, async () => {
-      const needsDb = what !== 'no database URL' && what !== 'a non-Postgres database URL';
       const r = await helm([
         'template',
         'bad',
         chartDir,
-        ...(needsDb ? ['--set', `database.url=${DB_URL}`] : []),
+        ...(ownDatabase.has(what) ? [] : ['--set', `database.url=${DB_URL}`]),
         ...args,
       ]);
       expect(r.code).not.toBe(0);

@@ -1,9 +1,10 @@
 // Runs the helm binary that charts/scripts/ensure-helm.sh builds from the Go module proxy (cached
 // per version). No helm means the tests fail with ensure-helm's own error; they never skip.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { kubeconfigPath } from '../../test/cluster/env.ts';
+import { runTool, type ToolResult } from '../../test/support/process.ts';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const chartDir = join(here, '..', 'berth');
@@ -25,11 +26,7 @@ export function helmPath(): string {
   return cached;
 }
 
-export interface HelmResult {
-  stdout: string;
-  stderr: string;
-  code: number;
-}
+export type HelmResult = ToolResult;
 
 /** Runs helm (with the cluster's kubeconfig when `cluster` is set). Never throws on exit codes. */
 export function helm(
@@ -37,22 +34,7 @@ export function helm(
   opts: { cluster?: boolean; timeoutMs?: number } = {},
 ): Promise<HelmResult> {
   const fullArgs = opts.cluster ? ['--kubeconfig', kubeconfigPath(), ...args] : args;
-  return new Promise((resolve, reject) => {
-    const child = spawn(helmPath(), fullArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.on('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ stdout, stderr, code: code ?? -1 });
-    });
-  });
+  return runTool(helmPath(), fullArgs, { timeoutMs: opts.timeoutMs });
 }
 
 export async function helmOk(
@@ -67,13 +49,34 @@ export async function helmOk(
 /** A database URL for values: the chart requires one and never connects to it at render time. */
 export const DB_URL = 'postgresql://berth:secret@postgres.example:5432/berth';
 
+export const cpuOnlyValues = join(chartDir, 'values-cpu-only.yaml');
+
 /**
  * The documented profiles, each as helm value arguments. `default` is values.yaml plus the one
- * required value; every profile here is linted, rendered and validated by the API server.
+ * required value; `cpu-only` is the one-command try-out (bundled PostgreSQL). Every profile here is
+ * linted, rendered and validated by the API server.
  */
 export const profiles: Record<string, string[]> = {
   default: ['--set', `database.url=${DB_URL}`],
-  'cpu-only': ['-f', join(chartDir, 'values-cpu-only.yaml'), '--set', `database.url=${DB_URL}`],
+  'cpu-only': ['-f', cpuOnlyValues],
+  'cpu-only-external-db': [
+    '-f',
+    cpuOnlyValues,
+    '--set',
+    'database.bundled.enabled=false',
+    '--set',
+    `database.url=${DB_URL}`,
+  ],
+  'bundled-db-retained': [
+    '--set',
+    'database.bundled.enabled=true',
+    '--set',
+    'database.bundled.persistence.onUninstall=Retain',
+    '--set',
+    'database.bundled.persistence.storageClass=standard',
+    '--set',
+    'database.bundled.password=0123456789abcdef-_.~',
+  ],
   'existing-secrets': [
     '--set',
     'database.existingSecret.name=berth-db',

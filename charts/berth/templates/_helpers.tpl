@@ -85,9 +85,24 @@ Cross-field rules JSON Schema cannot phrase clearly. Every template includes thi
 `helm install`, `helm template` and `helm lint` all stop with the same message.
 */}}
 {{- define "berth.validate" -}}
-{{- if and (not .Values.database.url) (not .Values.database.existingSecret.name) -}}
-{{- fail "\n\nberth: a PostgreSQL URL is required. Set database.url=postgresql://user:pass@host:5432/berth, or database.existingSecret.name=<secret> (key database.existingSecret.key, default \"database-url\"). The chart bundles no database." -}}
+{{- $external := or .Values.database.url .Values.database.existingSecret.name -}}
+{{- if and (not $external) (not .Values.database.bundled.enabled) -}}
+{{- fail "\n\nberth: a PostgreSQL URL is required. Set database.url=postgresql://user:pass@host:5432/berth, or database.existingSecret.name=<secret> (key database.existingSecret.key, default \"database-url\"). For a try-out only (not for production), database.bundled.enabled=true runs a single PostgreSQL pod in the release." -}}
 {{- end -}}
+{{- if and $external .Values.database.bundled.enabled -}}
+{{- fail "\n\nberth: database.bundled.enabled=true and an external database (database.url or database.existingSecret.name) are both set; choose one. To use your own database with values-cpu-only.yaml, add --set database.bundled.enabled=false." -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The bundled PostgreSQL (database.bundled): StatefulSet, Service and password Secret share this name. */}}
+{{- define "berth.postgresql.fullname" -}}
+{{- printf "%s-postgresql" (include "berth.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* DATABASE_URL of the bundled PostgreSQL, with $(BERTH_BUNDLED_DB_PASSWORD) expanded by the kubelet. */}}
+{{- define "berth.postgresql.url" -}}
+{{- $db := .Values.database.bundled -}}
+{{- printf "postgresql://%s:$(BERTH_BUNDLED_DB_PASSWORD)@%s.%s.svc:5432/%s" $db.username (include "berth.postgresql.fullname" .) .Release.Namespace $db.database -}}
 {{- end -}}
 
 {{/* Env entry whose value comes from a Secret: (dict "name" ENV "ref" .Values.x.existingSecret "key" KEY "ctx" $). */}}
@@ -104,9 +119,12 @@ Cross-field rules JSON Schema cannot phrase clearly. Every template includes thi
 {{- end }}
 {{- end -}}
 
-{{/* An existing value of the chart's own Secret (so generated secrets survive upgrades), or "". */}}
+{{/*
+An existing value of one of the chart's Secrets (so generated secrets survive upgrades), or "":
+(dict "ctx" $ "key" KEY), optionally "secret" NAME (default: the chart's main Secret).
+*/}}
 {{- define "berth.existingSecretValue" -}}
-{{- $s := lookup "v1" "Secret" .ctx.Release.Namespace (include "berth.secretName" .ctx) -}}
+{{- $s := lookup "v1" "Secret" .ctx.Release.Namespace (.secret | default (include "berth.secretName" .ctx)) -}}
 {{- if and $s $s.data (hasKey $s.data .key) -}}
 {{- index $s.data .key | b64dec -}}
 {{- end -}}
