@@ -11,6 +11,7 @@ export type { ReconcileDeps } from './core/reconcile.ts';
 export type { EndpointStore, WorkloadDriver, TerminationHook } from './core/runtime.ts';
 export type * from './core/types.ts';
 export { engineArgs } from './core/engine-args.ts';
+export { FAILURE_SEVERITY, failureInOutput, mostSevere } from './core/failures.ts';
 export { desiredDeployment, desiredService, desiredCacheClaim } from './k8s/builders.ts';
 export type { BuildConfig, ModelCache } from './k8s/builders.ts';
 export { supervise } from './k8s/informers.ts';

@@ -10,7 +10,7 @@ import { createServer } from 'node:net';
 import path from 'node:path';
 import type { InstanceType } from '@berth/crds';
 import type { HubToken, ObservedWorkload, WorkloadDriver, WorkloadFailure } from '@berth/operator';
-import { engineArgs } from '@berth/operator';
+import { engineArgs, mostSevere } from '@berth/operator';
 import type { Logger } from 'pino';
 import { Listeners } from '../store.ts';
 import { crashLoop, describe, fatalExit, type Exit } from './classify.ts';
@@ -260,14 +260,12 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
   return {
     async observe(ep): Promise<ObservedWorkload> {
       const slots = byId.get(ep.metadata.name)?.slots ?? [];
-      const failures = slots.map((s) => s.failure).filter((f): f is WorkloadFailure => !!f);
-      const order: WorkloadFailure['kind'][] = ['OutOfMemory', 'GatedModel', 'CrashLoop'];
-      failures.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
+      const failure = mostSevere(slots.map((s) => s.failure).filter((f): f is WorkloadFailure => !!f));
       return {
         // Starting, running or waiting to restart (a pod in CrashLoopBackOff counts too).
         replicas: slots.filter((s) => !s.failure && !s.replica?.stopping).length,
         readyReplicas: slots.filter((s) => s.replica?.ready && !s.replica.stopping).length,
-        ...(failures[0] ? { failure: failures[0] } : {}),
+        ...(failure ? { failure } : {}),
       };
     },
 
