@@ -9,7 +9,8 @@ import { reconcileKey } from './core/reconcile.ts';
 import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
 import { LeaderElector } from './k8s/leader.ts';
-import { apiErrorText, KubeRuntime } from './k8s/runtime.ts';
+import { apiErrorText } from './k8s/api-error.ts';
+import { kubeRuntime } from './k8s/runtime.ts';
 import type { Metrics } from './metrics.ts';
 import { createMetrics, serveMetrics } from './metrics.ts';
 
@@ -59,12 +60,12 @@ export async function startOperator(
         const end = metrics.reconcileDuration.startTimer();
         try {
           return await reconcileKey(key, {
-            store: runtime,
-            driver: runtime,
+            store: runtime.store,
+            driver: runtime.driver,
             termination: {
               onTerminate: async (ep) => {
                 await termination.onTerminate(ep);
-                await runtime.recordEvent(ep, {
+                await runtime.store.recordEvent(ep, {
                   type: 'Normal',
                   reason: 'Terminated',
                   message: 'Endpoint terminated; billing record closed',
@@ -106,7 +107,7 @@ export async function startOperator(
         },
       },
     );
-    const runtime = new KubeRuntime({
+    const runtime = kubeRuntime({
       kc,
       namespace: config.namespace,
       build: {
@@ -117,7 +118,6 @@ export async function startOperator(
         modelCache: config.modelCache,
         ...(config.hfEndpoint !== 'https://huggingface.co' ? { hfEndpoint: config.hfEndpoint } : {}),
       },
-      catalog: config.catalog,
       crashLoopRestarts: config.crashLoopRestarts,
       identity: config.identity,
       log,
@@ -127,30 +127,30 @@ export async function startOperator(
     const tick = setInterval(() => {
       metrics.queueDepth.set(queue.depth);
       const counts = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
-      for (const ep of runtime.listEndpoints()) if (ep.status?.phase) counts[ep.status.phase]++;
+      for (const ep of runtime.cache.listEndpoints()) if (ep.status?.phase) counts[ep.status.phase]++;
       for (const p of PHASES) metrics.endpoints.set({ phase: p }, counts[p]);
     }, 5000);
     tick.unref();
     const resync = setInterval(
-      () => runtime.keys().forEach((k) => queue.add(k)),
+      () => runtime.cache.keys().forEach((k) => queue.add(k)),
       config.resyncSeconds * 1000,
     );
     resync.unref();
     let halted = false;
-    const started = runtime.start().then(() => {
+    const started = runtime.cache.start().then(() => {
       if (halted) return;
       c.synced = true;
       log.info(
-        { namespace: config.namespace || '(all)', endpoints: runtime.keys().length },
+        { namespace: config.namespace || '(all)', endpoints: runtime.cache.keys().length },
         'caches synced; reconciling',
       );
-      for (const k of runtime.keys()) queue.add(k);
+      for (const k of runtime.cache.keys()) queue.add(k);
     });
     c.stop = async () => {
       halted = true;
       clearInterval(tick);
       clearInterval(resync);
-      await runtime.stop();
+      await runtime.cache.stop();
       await queue.shutdown();
       await started.catch(() => {});
       log.info('controller stopped; queue drained');
