@@ -1,7 +1,17 @@
 export { startOperator } from './operator.ts';
 export type { OperatorDeps, OperatorHandle } from './operator.ts';
-export { configFromEnv, ConfigError, EnvSchema, DEFAULT_ENGINE_IMAGE } from './config.ts';
+export {
+  configFromEnv,
+  ConfigError,
+  EnvSchema,
+  DEFAULT_ENGINE_IMAGE,
+  DEFAULT_HF_ENDPOINT,
+} from './config.ts';
 export type { OperatorConfig } from './config.ts';
+export { reconcilerConfig, reconcilerEnv } from './core/config.ts';
+export type { ReconcilerConfig, ReconcilerEnv } from './core/config.ts';
+export { startController } from './core/controller.ts';
+export type { Controller, ControlledRuntime, ControllerOptions } from './core/controller.ts';
 export { decide, replicasForLoad } from './core/phase.ts';
 export type { PhaseOptions } from './core/phase.ts';
 export type { HubToken, PreflightOptions } from './core/preflight.ts';

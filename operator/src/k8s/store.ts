@@ -12,7 +12,7 @@ import {
 import type { Logger } from 'pino';
 import type { EndpointStore } from '../core/runtime.ts';
 import type { PhaseEvent } from '../core/types.ts';
-import { apiErrorText } from './api-error.ts';
+import { errorText } from '../core/error-text.ts';
 import { keyOf, type KubeCache } from './cache.ts';
 
 // The reconciler's writes to the endpoint resource itself: status through /status, the finalizer,
@@ -112,7 +112,7 @@ export class KubeEndpointStore implements EndpointStore {
         {
           endpoint: keyOf(ep.metadata.namespace, ep.metadata.name),
           reason: event.reason,
-          err: apiErrorText(err),
+          err: errorText(err),
         },
         'could not record event',
       );

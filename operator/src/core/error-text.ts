@@ -1,5 +1,5 @@
-/** A short description of a client-node ApiException: HTTP code and the Status message. */
-export function apiErrorText(err: unknown): string {
+/** A short description of an error for logs: an ApiException's HTTP code and Status message, else its message. */
+export function errorText(err: unknown): string {
   const e = err as { code?: number; body?: unknown; message?: string };
   let message = e.message ?? String(err);
   try {
