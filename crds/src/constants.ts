@@ -26,6 +26,8 @@ export const ANNOTATION_WAKE_REQUESTED = 'berth.dev/wake-requested-at';
  * once the last-activity annotation is older than 3 × ACTIVITY_REFRESH_SECONDS (a crashed API).
  */
 export const ANNOTATION_IN_FLIGHT = 'berth.dev/in-flight';
+/** The name a user gave the endpoint when creating it through the API (the id otherwise). */
+export const ANNOTATION_DISPLAY_NAME = 'berth.dev/display-name';
 /** The API refreshes ANNOTATION_LAST_ACTIVITY at least this often while a request is in flight. */
 export const ACTIVITY_REFRESH_SECONDS = 10;
 

@@ -25,3 +25,4 @@ export { FAILURE_SEVERITY, failureInOutput, mostSevere } from './core/failures.t
 export { desiredDeployment, desiredService, desiredCacheClaim } from './k8s/builders.ts';
 export type { BuildConfig, ModelCache } from './k8s/builders.ts';
 export { supervise } from './k8s/informers.ts';
+export { Listeners } from './core/listeners.ts';

@@ -6,7 +6,8 @@ import type { Logger } from 'pino';
 import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
 import type { EndpointRuntime } from '../../apps/api/src/endpoints/index.ts';
 import { activityReporter } from '../../apps/api/src/endpoints/activity.ts';
-import { Listeners, type Backends, type EndpointStore } from '../../apps/api/src/endpoints/store.ts';
+import { Listeners } from '@berth/operator';
+import type { Backends, EndpointStore } from '../../apps/api/src/endpoints/store.ts';
 import { waker } from '../../apps/api/src/endpoints/wake.ts';
 
 export const BENCH_ENDPOINT_ID = 'endpt-bench0001';

@@ -23,16 +23,19 @@ export interface ControlledRuntime {
   /** Stops watching and running; called after the queue has drained. */
   stop(): Promise<void>;
   /**
-   * Called after a pass that found no endpoint for the key. A runtime without a garbage collector
-   * (local processes) stops whatever it still runs for it; Kubernetes' owner references do that.
+   * Removes what the runtime runs for an endpoint being terminated, before its finalizer goes. A
+   * runtime without a garbage collector (local processes) does it here; owner references do it on
+   * Kubernetes.
    */
+  terminate?(ep: DedicatedEndpoint): Promise<void>;
+  /** Called after a pass that found no endpoint for the key: the same clean-up, for a key. */
   gone?(key: string): Promise<void>;
 }
 
 export interface ControllerOptions {
   config: ReconcilerConfig;
   catalog: Catalog;
-  /** Effects outside the runtime before an endpoint is gone (billing); none by default. */
+  /** Effects outside the runtime before an endpoint is gone (billing), after the runtime's own; none by default. */
   termination?: TerminationHook;
   log: Logger;
   now?: () => Date;
@@ -52,6 +55,8 @@ export interface Controller<R extends ControlledRuntime> {
   readonly depth: number;
   /** True once the runtime's caches are filled and every key has been queued. */
   readonly synced: boolean;
+  /** Resolves when synced (or when stopped before). */
+  readonly started: Promise<void>;
   /** Stops the resync, drains the queue, then stops the runtime. */
   stop(): Promise<void>;
 }
@@ -106,7 +111,12 @@ export function startController<R extends ControlledRuntime>(
     deps: {
       store: rt.store,
       driver: rt.driver,
-      termination: o.termination ?? { onTerminate: async () => {} },
+      termination: {
+        onTerminate: async (ep) => {
+          await rt.terminate?.(ep);
+          await o.termination?.onTerminate(ep);
+        },
+      },
       catalog: o.catalog,
       phase: {
         deadlines: {
@@ -143,6 +153,7 @@ export function startController<R extends ControlledRuntime>(
     get synced() {
       return synced;
     },
+    started,
     async stop() {
       halted = true;
       clearInterval(resync);

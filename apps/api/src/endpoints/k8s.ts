@@ -11,6 +11,7 @@ import {
   type V1Pod,
 } from '@kubernetes/client-node';
 import {
+  ANNOTATION_DISPLAY_NAME,
   API_VERSION,
   ENGINE_PORT,
   GROUP,
@@ -20,9 +21,9 @@ import {
   VERSION,
   type DedicatedEndpoint,
 } from '@berth/crds';
-import { supervise } from '@berth/operator';
+import { Listeners, supervise } from '@berth/operator';
 import type { Logger } from 'pino';
-import { ANNOTATION_DISPLAY_NAME, Listeners, type Backends, type EndpointStore } from './store.ts';
+import type { Backends, EndpointStore } from './store.ts';
 
 export function loadKubeConfig(kubeconfig?: string): KubeConfig {
   const kc = new KubeConfig();

@@ -1,6 +1,7 @@
 import type { Request, Router } from 'express';
 import { z } from 'zod';
 import {
+  ANNOTATION_DISPLAY_NAME,
   ModelSpecSchema,
   PHASE_LABELS,
   checkHardware,
@@ -17,7 +18,7 @@ import { parse } from '../http/validate.ts';
 import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc } from '../openapi.ts';
 import { simpleError } from '../openapi.ts';
-import { ANNOTATION_DISPLAY_NAME, type EndpointStore } from '../endpoints/store.ts';
+import type { EndpointStore } from '../endpoints/store.ts';
 import type { Waker } from '../endpoints/wake.ts';
 import type { EndpointLogs } from '../endpoints/logs.ts';
 

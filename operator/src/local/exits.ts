@@ -1,6 +1,7 @@
 // Why a local engine process ended, from its exit and the tail of its output: the local counterpart
 // of the operator's pod classification (OOMKilled / termination message / CrashLoopBackOff).
-import { failureInOutput, type WorkloadFailure } from '@berth/operator';
+import { failureInOutput } from '../core/failures.ts';
+import type { WorkloadFailure } from '../core/types.ts';
 
 /** How a user gives a local engine a hub token. */
 const HUB_TOKEN_REMEDY = 'Set HF_TOKEN for the API process and create the endpoint again.';
