@@ -7,7 +7,7 @@ import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/cr
 import type { EndpointRuntime } from '../../apps/api/src/endpoints/index.ts';
 import { activityReporter } from '../../apps/api/src/endpoints/activity.ts';
 import { Listeners } from '@berth/operator';
-import type { Backends, EndpointStore } from '../../apps/api/src/endpoints/store.ts';
+import type { Backends, Endpoints } from '../../apps/api/src/endpoints/ports.ts';
 import { waker } from '../../apps/api/src/endpoints/wake.ts';
 
 export const BENCH_ENDPOINT_ID = 'endpt-bench0001';
@@ -28,7 +28,7 @@ export function memoryRuntime(logger: Logger): MemoryRuntime {
   const endpointListeners = new Listeners<DedicatedEndpoint | undefined>();
   const addressListeners = new Listeners<readonly string[]>();
 
-  const store: EndpointStore = {
+  const store: Endpoints = {
     ready: async () => {},
     get: (id) => (endpoint && endpoint.metadata.name === id ? endpoint : undefined),
     list: () => (endpoint ? [endpoint] : []),
@@ -59,7 +59,7 @@ export function memoryRuntime(logger: Logger): MemoryRuntime {
 
   return {
     kind: 'kubernetes',
-    store,
+    endpoints: store,
     backends,
     waker: waker(store, backends, logger),
     activity,

@@ -4,14 +4,13 @@ import type { Catalog } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import { activityReporter, type Activity } from './activity.ts';
-import { k8sBackends, k8sEndpointStore, loadKubeConfig } from './k8s.ts';
-import { k8sEndpointLogs, type EndpointLogs } from './logs.ts';
-import type { Backends, EndpointStore } from './store.ts';
+import { kubernetesAdapters } from './kubernetes/index.ts';
+import type { Backends, EndpointLogs, Endpoints } from './ports.ts';
 import { waker, type Waker } from './wake.ts';
 
 export interface EndpointRuntime {
   kind: 'kubernetes' | 'local';
-  store: EndpointStore;
+  endpoints: Endpoints;
   backends: Backends;
   waker: Waker;
   activity: Activity;
@@ -22,24 +21,21 @@ export interface EndpointRuntime {
 }
 
 export function kubernetesRuntime(config: Config, logger: Logger): EndpointRuntime {
-  const kc = loadKubeConfig(config.KUBECONFIG);
-  const ns = config.BERTH_NAMESPACE;
-  const store = k8sEndpointStore(kc, ns, logger);
-  const backends = k8sBackends(kc, ns, logger);
-  const activity = activityReporter(store, logger);
+  const { endpoints, backends, logs } = kubernetesAdapters(config.KUBECONFIG, config.BERTH_NAMESPACE, logger);
+  const activity = activityReporter(endpoints, logger);
   const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
   return {
     kind: 'kubernetes',
-    store,
+    endpoints,
     backends,
-    waker: waker(store, backends, logger),
+    waker: waker(endpoints, backends, logger),
     activity,
-    logs: k8sEndpointLogs(kc, ns),
+    logs,
     dispatcher,
-    ready: () => Promise.all([store.ready(), backends.ready()]).then(() => {}),
+    ready: () => Promise.all([endpoints.ready(), backends.ready()]).then(() => {}),
     async close() {
       await activity.close();
-      await Promise.all([store.close(), backends.close()]);
+      await Promise.all([endpoints.close(), backends.close()]);
       await dispatcher.close();
     },
   };

@@ -8,7 +8,7 @@ import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc } from '../openapi.ts';
 import { openaiError } from '../openapi.ts';
 import type { Activity } from '../endpoints/activity.ts';
-import type { Backends, EndpointStore } from '../endpoints/store.ts';
+import type { Backends, EndpointCache } from '../endpoints/ports.ts';
 import type { Waker } from '../endpoints/wake.ts';
 import { forward } from '../proxy/forward.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
@@ -16,7 +16,7 @@ import type { UsageRecorder } from '../proxy/usage.ts';
 
 export interface DedicatedDeps {
   keys: KeyService;
-  store: EndpointStore;
+  endpoints: EndpointCache;
   backends: Backends;
   waker: Waker;
   activity: Activity;
@@ -109,7 +109,7 @@ function unavailable(e: DedicatedEndpoint): ApiError | undefined {
 export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: DedicatedDeps): void {
   const handle = (upstreamPath: string, method: 'GET' | 'POST') => async (req: Request, res: Response) => {
     const id = String(req.params.id);
-    const endpoint = isEndpointId(id) ? deps.store.get(id) : undefined;
+    const endpoint = isEndpointId(id) ? deps.endpoints.get(id) : undefined;
     if (!endpoint) throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
     const auth = await authorize(req, res, endpoint, deps);
     const notNow = unavailable(endpoint);
@@ -139,7 +139,7 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
     const end = deps.activity.begin(id);
     try {
       if (!deps.backends.addresses(id).length) {
-        const current = deps.store.get(id) ?? endpoint;
+        const current = deps.endpoints.get(id) ?? endpoint;
         if (current.status?.phase === 'hibernated') await deps.waker.wake(current);
         if (req.get(HOLD_HEADER)?.toLowerCase() === 'false') {
           throw new ApiError('endpoint_waking', {
@@ -152,7 +152,7 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
         if (outcome === 'deleted')
           throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
         if (outcome === 'failed')
-          throw unavailable(deps.store.get(id) ?? endpoint) ?? new ApiError('endpoint_unavailable');
+          throw unavailable(deps.endpoints.get(id) ?? endpoint) ?? new ApiError('endpoint_unavailable');
         if (outcome === 'timeout') {
           throw new ApiError('endpoint_waking', {
             message: `Endpoint ${id} did not become ready within ${seconds(deps.config.wakeHoldMs)}; retry shortly`,

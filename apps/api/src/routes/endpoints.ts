@@ -18,9 +18,9 @@ import { parse } from '../http/validate.ts';
 import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc } from '../openapi.ts';
 import { simpleError } from '../openapi.ts';
-import type { EndpointStore } from '../endpoints/store.ts';
+import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
 import type { Waker } from '../endpoints/wake.ts';
-import type { EndpointLogs } from '../endpoints/logs.ts';
+import type { EndpointLogs } from '../endpoints/ports.ts';
 
 const MANAGE = ['compute', 'global'] as const;
 
@@ -110,8 +110,8 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
 }
 
 /** The endpoint, if the caller's account owns it: 404 unknown, 403 another account's (spec §7). */
-export function ownedEndpoint(store: EndpointStore, id: string, accountId: string): DedicatedEndpoint {
-  const e = isEndpointId(id) ? store.get(id) : undefined;
+export function ownedEndpoint(endpoints: EndpointCache, id: string, accountId: string): DedicatedEndpoint {
+  const e = isEndpointId(id) ? endpoints.get(id) : undefined;
   if (!e) throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
   if (e.spec.account !== accountId) throw new ApiError('endpoint_not_owned');
   return e;
@@ -119,7 +119,7 @@ export function ownedEndpoint(store: EndpointStore, id: string, accountId: strin
 
 export interface EndpointRouteDeps {
   keys: KeyService;
-  store: EndpointStore;
+  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'delete'>;
   waker: Waker;
   logs: EndpointLogs;
   catalog: Catalog;
@@ -187,7 +187,7 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
       authMode: body.authMode ?? 'Private',
       scaling,
     };
-    const created = await deps.store.create({
+    const created = await deps.endpoints.create({
       id,
       displayName: body.name ?? id,
       spec,
@@ -211,7 +211,7 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
   router.get('/endpoints', auth, (req, res) => {
     const account = principalOf(res).accountId;
     const base = publicBase(req, deps.publicUrl);
-    const data = deps.store
+    const data = deps.endpoints
       .list()
       .filter((e) => e.spec.account === account)
       .sort((a, b) =>
@@ -231,7 +231,7 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
     responses: { 200: { description: 'The endpoint', schema: endpointView }, ...byId, ...errors },
   });
   router.get('/endpoints/:id', auth, (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
+    const e = ownedEndpoint(deps.endpoints, String(req.params.id), principalOf(res).accountId);
     res.json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
   });
 
@@ -256,8 +256,8 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
     },
   });
   router.delete('/endpoints/:id', auth, async (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
-    if (!(await deps.store.delete(e.metadata.name)))
+    const e = ownedEndpoint(deps.endpoints, String(req.params.id), principalOf(res).accountId);
+    if (!(await deps.endpoints.delete(e.metadata.name)))
       throw new ApiError('not_found', { message: `Dedicated endpoint ${e.metadata.name} not found` });
     res.json({ id: e.metadata.name, object: 'dedicated_endpoint', deleted: true });
   });
@@ -276,7 +276,7 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
     },
   });
   router.post('/endpoints/:id/wake', auth, async (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
+    const e = ownedEndpoint(deps.endpoints, String(req.params.id), principalOf(res).accountId);
     if (e.status?.phase === 'hibernated') await deps.waker.wake(e);
     res.status(202).json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
   });
@@ -296,7 +296,7 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
     },
   });
   router.get('/endpoints/:id/logs', auth, async (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
+    const e = ownedEndpoint(deps.endpoints, String(req.params.id), principalOf(res).accountId);
     const controller = new AbortController();
     res.on('close', () => controller.abort());
     res.status(200).type('text/plain; charset=utf-8');

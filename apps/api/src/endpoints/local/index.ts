@@ -17,7 +17,7 @@ import { localEndpointRepository } from '../../repositories/local-endpoints.ts';
 import { Agent } from 'undici';
 import { activityReporter } from '../activity.ts';
 import type { EndpointRuntime } from '../index.ts';
-import type { Backends, EndpointStore } from '../store.ts';
+import type { Backends, Endpoints } from '../ports.ts';
 import { waker } from '../wake.ts';
 import { localEndpointLogs } from './logs.ts';
 
@@ -77,7 +77,7 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
     'local runtime: endpoints run as processes on this machine',
   );
   const endpoints = rt.endpoints;
-  const store: EndpointStore = {
+  const store: Endpoints = {
     ready: () => Promise.resolve(),
     get: (id) => endpoints.get(id),
     list: () => endpoints.list(),
@@ -106,7 +106,7 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
   const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
   return {
     kind: 'local',
-    store,
+    endpoints: store,
     backends,
     waker: waker(store, backends, o.logger),
     activity,

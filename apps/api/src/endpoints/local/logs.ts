@@ -6,8 +6,8 @@ import { open, readFile } from 'node:fs/promises';
 import type { Writable } from 'node:stream';
 import type { DedicatedEndpoint } from '@berth/crds';
 import type { LogFiles } from '@berth/operator/local';
-import type { EndpointLogs } from '../logs.ts';
 import { statusLines } from '../logs.ts';
+import type { EndpointLogs } from '../ports.ts';
 
 /** GET /api/endpoints/{id}/logs in local mode: the status, then the endpoint's log file. */
 export function localEndpointLogs(files: LogFiles, pollMs = 250): EndpointLogs {
