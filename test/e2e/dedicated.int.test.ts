@@ -518,7 +518,7 @@ describe('scale to zero and wake on request', () => {
     expect(quick.headers.get('retry-after')).toBe('10');
     expect((await quick.json()).error.code).toBe('endpoint_waking');
 
-    const wakesBefore = api.runtime!.waker.wakesSignalled;
+    const wakesBefore = api.upstream!.wakesSignalled;
     const client = sdk(id, acct.inference, { timeout: 120_000 });
     const answers = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
@@ -529,7 +529,7 @@ describe('scale to zero and wake on request', () => {
       ),
     );
     expect(answers.every((a) => a.choices[0]!.message.content!.length > 0)).toBe(true);
-    expect(api.runtime!.waker.wakesSignalled - wakesBefore).toBeLessThanOrEqual(1);
+    expect(api.upstream!.wakesSignalled - wakesBefore).toBeLessThanOrEqual(1);
     const events = JSON.parse(
       await kubectlOk([
         'get',

@@ -16,9 +16,11 @@ import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
 import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
-import type { EndpointRuntime } from './endpoints/index.ts';
+import type { Dispatcher } from 'undici';
+import type { EndpointRuntime } from './endpoints/ports.ts';
 import type { RateLimiter } from './proxy/ratelimit.ts';
 import type { UsageRecorder } from './proxy/usage.ts';
+import type { PlatformUpstream } from './upstream/platform.ts';
 import { ApiError } from './errors.ts';
 
 export const API_VERSION = '0.1.0';
@@ -39,7 +41,14 @@ export interface AppDeps {
     >;
   catalog?: Catalog;
   /** Dedicated endpoints: absent when no runtime is configured (the routes then answer 503). */
-  endpoints?: { runtime: EndpointRuntime; usage: UsageRecorder; limiter: RateLimiter };
+  endpoints?: {
+    runtime: EndpointRuntime;
+    upstream: PlatformUpstream;
+    /** The proxy's one HTTP client (proxy/agent.ts). */
+    dispatcher: Dispatcher;
+    usage: UsageRecorder;
+    limiter: RateLimiter;
+  };
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -82,11 +91,15 @@ export function createApp(deps: AppDeps): express.Express {
       keys: deps.keys,
       catalog: deps.catalog,
       publicUrl: c.PUBLIC_URL,
-      ...ep.runtime,
+      endpoints: ep.runtime.endpoints,
+      logs: ep.runtime.logs,
+      upstream: ep.upstream,
     });
     registerDedicatedRoutes(api, doc, {
       keys: deps.keys,
-      ...ep.runtime,
+      endpoints: ep.runtime.endpoints,
+      upstream: ep.upstream,
+      dispatcher: ep.dispatcher,
       usage: ep.usage,
       limiter: ep.limiter,
       config: {

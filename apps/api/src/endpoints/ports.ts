@@ -59,3 +59,14 @@ export interface EndpointLogs {
     options: { follow: boolean; signal: AbortSignal },
   ): Promise<void>;
 }
+
+/** One runtime's adapters, as the API composes them. */
+export interface EndpointRuntime {
+  kind: 'kubernetes' | 'local';
+  endpoints: Endpoints;
+  backends: Backends;
+  logs: EndpointLogs;
+  /** Resolves once the caches are filled. */
+  ready(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -7,19 +7,16 @@ import { bearerToken } from '../http/auth.ts';
 import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc } from '../openapi.ts';
 import { openaiError } from '../openapi.ts';
-import type { Activity } from '../endpoints/activity.ts';
-import type { Backends, EndpointCache } from '../endpoints/ports.ts';
-import type { Waker } from '../endpoints/wake.ts';
+import type { EndpointCache } from '../endpoints/ports.ts';
 import { forward } from '../proxy/forward.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
+import type { Refusal, Upstream } from '../upstream/types.ts';
 
 export interface DedicatedDeps {
   keys: KeyService;
   endpoints: EndpointCache;
-  backends: Backends;
-  waker: Waker;
-  activity: Activity;
+  upstream: Upstream<DedicatedEndpoint>;
   usage: UsageRecorder;
   limiter: RateLimiter;
   dispatcher: Dispatcher;
@@ -88,22 +85,38 @@ async function authorize(
   return { accountId: p.accountId, signal: tracked.signal };
 }
 
-function unavailable(e: DedicatedEndpoint): ApiError | undefined {
-  const id = e.metadata.name;
-  const phase = e.status?.phase ?? 'building';
-  if (phase === 'building') {
-    return new ApiError('endpoint_building', {
-      message: `Endpoint ${id} is still being provisioned (status: building); it cannot be called yet`,
-      headers: { 'retry-after': RETRY_BUILDING },
-    });
+/** What the caller sees when no upstream was given. */
+function refusalError(id: string, r: Refusal, holdMs: number): ApiError {
+  switch (r.reason) {
+    case 'building':
+      return new ApiError('endpoint_building', {
+        message: `Endpoint ${id} is still being provisioned (status: building); it cannot be called yet`,
+        headers: { 'retry-after': RETRY_BUILDING },
+      });
+    case 'failed': {
+      const s = r.endpoint.status;
+      if (s?.phase === 'building') return refusalError(id, { reason: 'building' }, holdMs);
+      if (s?.phase !== 'failed') return new ApiError('endpoint_unavailable');
+      return new ApiError('endpoint_failed', {
+        message: `Endpoint ${id} has failed (${s.reason ?? 'Failed'}): ${s.message ?? 'see GET /api/endpoints/' + id + '/logs'}`,
+      });
+    }
+    case 'waking':
+      return new ApiError('endpoint_waking', {
+        message: `Endpoint ${id} is waking up; retry in a few seconds`,
+        headers: { 'retry-after': RETRY_WAKING },
+      });
+    case 'timeout':
+      return new ApiError('endpoint_waking', {
+        message: `Endpoint ${id} did not become ready within ${seconds(holdMs)}; retry shortly`,
+        headers: { 'retry-after': RETRY_WAKING },
+      });
+    case 'deleted':
+      return new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
+    case 'aborted':
+      // The caller is gone, or the signal's reason (revocation, wall-clock limit) is thrown instead.
+      return new ApiError('endpoint_unavailable');
   }
-  if (phase === 'failed') {
-    const reason = e.status?.reason ?? 'Failed';
-    return new ApiError('endpoint_failed', {
-      message: `Endpoint ${id} has failed (${reason}): ${e.status?.message ?? 'see GET /api/endpoints/' + id + '/logs'}`,
-    });
-  }
-  return undefined;
 }
 
 export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: DedicatedDeps): void {
@@ -112,8 +125,6 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
     const endpoint = isEndpointId(id) ? deps.endpoints.get(id) : undefined;
     if (!endpoint) throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
     const auth = await authorize(req, res, endpoint, deps);
-    const notNow = unavailable(endpoint);
-    if (notNow) throw notNow;
     if (method === 'POST' && (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))) {
       throw new ApiError('validation_error', { message: 'The request body must be a JSON object' });
     }
@@ -136,33 +147,18 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
     );
     const revoked = () => controller.abort(auth.signal?.reason);
     auth.signal?.addEventListener('abort', revoked, { once: true });
-    const end = deps.activity.begin(id);
+    let release = () => {};
     try {
-      if (!deps.backends.addresses(id).length) {
-        const current = deps.endpoints.get(id) ?? endpoint;
-        if (current.status?.phase === 'hibernated') await deps.waker.wake(current);
-        if (req.get(HOLD_HEADER)?.toLowerCase() === 'false') {
-          throw new ApiError('endpoint_waking', {
-            message: `Endpoint ${id} is waking up; retry in a few seconds`,
-            headers: { 'retry-after': RETRY_WAKING },
-          });
-        }
-        const outcome = await deps.waker.waitReady(id, deps.config.wakeHoldMs, controller.signal);
-        if (outcome === 'aborted') throw controller.signal.reason;
-        if (outcome === 'deleted')
-          throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
-        if (outcome === 'failed')
-          throw unavailable(deps.endpoints.get(id) ?? endpoint) ?? new ApiError('endpoint_unavailable');
-        if (outcome === 'timeout') {
-          throw new ApiError('endpoint_waking', {
-            message: `Endpoint ${id} did not become ready within ${seconds(deps.config.wakeHoldMs)}; retry shortly`,
-            headers: { 'retry-after': RETRY_WAKING },
-          });
-        }
+      const holdMs = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
+      const acquired = await deps.upstream.acquire(endpoint, { hold: holdMs, signal: controller.signal });
+      if (!acquired.ok) {
+        if (acquired.reason === 'aborted') throw controller.signal.reason;
+        throw refusalError(id, acquired, deps.config.wakeHoldMs);
       }
+      release = () => acquired.lease.release();
       const usage = await forward(
         {
-          addresses: () => deps.backends.addresses(id),
+          upstream: acquired.lease,
           method,
           path: upstreamPath,
           body: method === 'POST' ? (req.body as Record<string, unknown>) : undefined,
@@ -184,19 +180,19 @@ export function registerDedicatedRoutes(router: Router, doc: ApiDoc, deps: Dedic
       clearTimeout(limit);
       res.off('close', onClose);
       auth.signal?.removeEventListener('abort', revoked);
-      end();
+      release();
     }
   };
 
   for (const [path, upstream, method, summary] of [
     [
       '/d/:id/chat/completions',
-      '/v1/chat/completions',
+      '/chat/completions',
       'POST',
       'Chat completion on a dedicated endpoint (streaming with `stream: true`)',
     ],
-    ['/d/:id/completions', '/v1/completions', 'POST', 'Text completion on a dedicated endpoint'],
-    ['/d/:id/models', '/v1/models', 'GET', "The endpoint's served model"],
+    ['/d/:id/completions', '/completions', 'POST', 'Text completion on a dedicated endpoint'],
+    ['/d/:id/models', '/models', 'GET', "The endpoint's served model"],
   ] as const) {
     doc.add({
       method: method === 'POST' ? 'post' : 'get',

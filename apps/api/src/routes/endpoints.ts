@@ -19,7 +19,7 @@ import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc } from '../openapi.ts';
 import { simpleError } from '../openapi.ts';
 import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
-import type { Waker } from '../endpoints/wake.ts';
+import type { PlatformUpstream } from '../upstream/platform.ts';
 import type { EndpointLogs } from '../endpoints/ports.ts';
 
 const MANAGE = ['compute', 'global'] as const;
@@ -120,7 +120,7 @@ export function ownedEndpoint(endpoints: EndpointCache, id: string, accountId: s
 export interface EndpointRouteDeps {
   keys: KeyService;
   endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'delete'>;
-  waker: Waker;
+  upstream: Pick<PlatformUpstream, 'wake'>;
   logs: EndpointLogs;
   catalog: Catalog;
   publicUrl?: string;
@@ -277,7 +277,7 @@ export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: Endpoi
   });
   router.post('/endpoints/:id/wake', auth, async (req, res) => {
     const e = ownedEndpoint(deps.endpoints, String(req.params.id), principalOf(res).accountId);
-    if (e.status?.phase === 'hibernated') await deps.waker.wake(e);
+    if (e.status?.phase === 'hibernated') await deps.upstream.wake(e);
     res.status(202).json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
   });
 

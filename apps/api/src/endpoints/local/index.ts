@@ -14,11 +14,7 @@ import type { Config } from '../../config.ts';
 import { ConfigError } from '../../config.ts';
 import { ApiError } from '../../errors.ts';
 import { localEndpointRepository } from '../../repositories/local-endpoints.ts';
-import { Agent } from 'undici';
-import { activityReporter } from '../activity.ts';
-import type { EndpointRuntime } from '../index.ts';
-import type { Backends, Endpoints } from '../ports.ts';
-import { waker } from '../wake.ts';
+import type { EndpointRuntime } from '../ports.ts';
 import { localEndpointLogs } from './logs.ts';
 
 export interface LocalRuntimeOptions {
@@ -77,46 +73,35 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
     'local runtime: endpoints run as processes on this machine',
   );
   const endpoints = rt.endpoints;
-  const store: Endpoints = {
-    ready: () => Promise.resolve(),
-    get: (id) => endpoints.get(id),
-    list: () => endpoints.list(),
-    watch: (id, fn) => endpoints.watch(id, fn),
-    delete: (id) => endpoints.delete(id),
-    annotate: (id, annotations) => endpoints.annotate(id, annotations),
-    async create({ id, displayName, spec, hubToken }) {
-      if (hubToken) {
-        throw new ApiError('validation_error', {
-          message:
-            'Invalid request body: hubToken: not accepted in local mode, where engines read HF_TOKEN from the API process: set HF_TOKEN and start the API again',
-          param: 'hubToken',
-        });
-      }
-      return endpoints.create({ id, displayName, spec });
-    },
-    close: async () => {},
-  };
-  const backends: Backends = {
-    ready: () => Promise.resolve(),
-    addresses: (id) => rt.replicas.addresses(id),
-    watch: (id, fn) => rt.replicas.watch(id, fn),
-    close: async () => {},
-  };
-  const activity = activityReporter(store, o.logger);
-  const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
   return {
     kind: 'local',
-    endpoints: store,
-    backends,
-    waker: waker(store, backends, o.logger),
-    activity,
-    logs: localEndpointLogs(rt.logs),
-    dispatcher,
-    ready: () => Promise.resolve(),
-    async close() {
-      await activity.close();
-      await rt.close();
-      await dispatcher.close();
+    endpoints: {
+      ready: () => Promise.resolve(),
+      get: (id) => endpoints.get(id),
+      list: () => endpoints.list(),
+      watch: (id, fn) => endpoints.watch(id, fn),
+      delete: (id) => endpoints.delete(id),
+      annotate: (id, annotations) => endpoints.annotate(id, annotations),
+      async create({ id, displayName, spec, hubToken }) {
+        if (hubToken) {
+          throw new ApiError('validation_error', {
+            message:
+              'Invalid request body: hubToken: not accepted in local mode, where engines read HF_TOKEN from the API process: set HF_TOKEN and start the API again',
+            param: 'hubToken',
+          });
+        }
+        return endpoints.create({ id, displayName, spec });
+      },
+      close: async () => {},
     },
+    backends: {
+      ready: () => Promise.resolve(),
+      addresses: (id) => rt.replicas.addresses(id),
+      watch: (id, fn) => rt.replicas.watch(id, fn),
+      close: async () => {},
+    },
+    logs: localEndpointLogs(rt.logs),
+    ready: () => Promise.resolve(),
+    close: () => rt.close(),
   };
 }

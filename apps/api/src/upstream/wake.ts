@@ -6,7 +6,7 @@
 // per endpoint, resolved by the backends watch the moment a Ready address appears.
 import { ANNOTATION_WAKE_REQUESTED, type DedicatedEndpoint } from '@berth/crds';
 import type { Logger } from 'pino';
-import type { Backends, Endpoints } from './ports.ts';
+import type { Backends, Endpoints } from '../endpoints/ports.ts';
 
 export type WaitOutcome = 'ready' | 'timeout' | 'failed' | 'deleted' | 'aborted';
 
