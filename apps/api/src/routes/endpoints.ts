@@ -2,28 +2,34 @@ import type { Request } from 'express';
 import { z } from 'zod';
 import {
   ANNOTATION_DISPLAY_NAME,
+  DedicatedEndpointSpecSchema,
+  HardwareSpecSchema,
   ModelSpecSchema,
   PHASE_LABELS,
-  checkHardware,
+  ScalingSpecSchema,
   isEndpointId,
-  newEndpointId,
   type Catalog,
   type DedicatedEndpoint,
-  type DedicatedEndpointSpecInput,
   type Phase,
 } from '@berth/crds';
 import { ApiError } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import { simpleError } from '../openapi.ts';
 import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
+import { endpointService } from '../endpoints/service.ts';
 import type { PlatformUpstream } from '../upstream/platform.ts';
 import type { EndpointLogs } from '../endpoints/ports.ts';
 
+/**
+ * The body of POST /api/endpoints: the resource's own field schemas (limits, defaults and messages
+ * have their one home in @berth/crds), with unknown fields refused, plus the API's `name` and
+ * `hubToken`.
+ */
 export const createEndpointBody = z.strictObject({
   name: z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters').optional(),
-  model: ModelSpecSchema.shape.id.describe('Model hub id, e.g. "Qwen/Qwen2.5-7B-Instruct"'),
-  revision: z.string().min(1).max(255).optional(),
-  maxModelLen: z.int().min(1).max(10_000_000).optional(),
+  model: ModelSpecSchema.shape.id,
+  revision: ModelSpecSchema.shape.revision,
+  maxModelLen: ModelSpecSchema.shape.maxModelLen,
   hubToken: z
     .string()
     .min(1, 'must not be empty')
@@ -32,22 +38,9 @@ export const createEndpointBody = z.strictObject({
     .describe(
       'Model hub token for a gated or private model; checked at provisioning time and never shown again',
     ),
-  hardware: z.strictObject({
-    gpuType: z.string().min(1).describe('An id from GET /api/hardware'),
-    gpuCount: z.int('must be a whole number').min(1, 'must be at least 1').max(64),
-  }),
-  authMode: z.enum(['Private', 'Public'], { error: 'must be "Private" or "Public"' }).optional(),
-  scaling: z
-    .strictObject({
-      minReplicas: z.int().min(0).max(100).optional(),
-      maxReplicas: z.int().min(1).max(100).optional(),
-      idleTimeoutSeconds: z
-        .int()
-        .min(15, 'must be at least 15')
-        .max(30 * 24 * 3600)
-        .optional(),
-    })
-    .optional(),
+  hardware: HardwareSpecSchema.strict(),
+  authMode: DedicatedEndpointSpecSchema.shape.authMode,
+  scaling: ScalingSpecSchema.strict().prefault({}),
 });
 
 export const endpointView = z.object({
@@ -129,6 +122,7 @@ const byId = { 404: { description: 'No such endpoint', schema: simpleError } };
 
 /** Provision, list, inspect, wake and terminate dedicated endpoints (compute or global keys). */
 export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps): void {
+  const service = endpointService(deps);
   routes.add(
     {
       method: 'post',
@@ -145,48 +139,8 @@ export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps):
         ...errors,
       },
     },
-    async ({ req, res, caller, body: read }) => {
-      const body = read();
-      const hw = checkHardware(deps.catalog, body.hardware);
-      if (!hw.ok) {
-        const field = hw.field.replace(/^spec\./, '');
-        throw new ApiError('validation_error', {
-          message: `Invalid request body: ${field}: ${hw.message}`,
-          param: field,
-        });
-      }
-      if (!hw.instanceType.available) {
-        throw new ApiError('validation_error', {
-          message: `Invalid request body: hardware.gpuType: ${hw.instanceType.id} is not available for new endpoints`,
-          param: 'hardware.gpuType',
-        });
-      }
-      const scaling = { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900, ...body.scaling };
-      if (scaling.minReplicas > scaling.maxReplicas) {
-        throw new ApiError('validation_error', {
-          message:
-            'Invalid request body: scaling.minReplicas: must be less than or equal to scaling.maxReplicas',
-          param: 'scaling.minReplicas',
-        });
-      }
-      const id = newEndpointId();
-      const spec: DedicatedEndpointSpecInput = {
-        account: caller.accountId,
-        model: {
-          id: body.model,
-          ...(body.revision ? { revision: body.revision } : {}),
-          ...(body.maxModelLen ? { maxModelLen: body.maxModelLen } : {}),
-        },
-        hardware: body.hardware,
-        authMode: body.authMode ?? 'Private',
-        scaling,
-      };
-      const created = await deps.endpoints.create({
-        id,
-        displayName: body.name ?? id,
-        spec,
-        hubToken: body.hubToken,
-      });
+    async ({ req, res, caller, body }) => {
+      const created = await service.create(caller.accountId, body());
       res.status(201).json(viewEndpoint(created, publicBase(req, deps.publicUrl)));
     },
   );
