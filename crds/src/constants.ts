@@ -42,7 +42,7 @@ export const LABEL_SPEC_HASH = 'berth.dev/spec-hash';
 export const LABEL_GPU_TYPE = 'berth.dev/gpu-type';
 export const MANAGED_BY = 'berth-operator';
 
-/** Finalizer that closes what lives outside the cluster (the endpoint's billing record). */
+/** Finalizer that holds the endpoint until effects outside the cluster (the termination hook) are done. */
 export const FINALIZER = 'berth.dev/finalizer';
 /** Server-side apply field manager: the operator's one identity for every write. */
 export const FIELD_MANAGER = 'berth-operator';
