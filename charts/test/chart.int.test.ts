@@ -2,8 +2,8 @@
 // rejections, and a full install/uninstall into the local control plane (kwok runs the pods; no
 // image is pulled). Fails, never skips, without helm or a cluster.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { kubectl, kubectlJson, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
-import { eventually } from '../../test/support/eventually.ts';
+import { kubectl, kubectlJson, kubectlOk, testNamespace } from '@berth/test/cluster/env';
+import { eventually } from '@berth/test/support/eventually';
 import { chartDir, DB_URL, helm, helmOk, helmPath, profiles } from './helm.ts';
 
 const CRD = 'dedicatedendpoints.berth.dev';

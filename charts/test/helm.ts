@@ -3,7 +3,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { kubeconfigPath } from '../../test/cluster/env.ts';
+import { kubeconfigPath } from '@berth/test/cluster/env';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const chartDir = join(here, '..', 'berth');

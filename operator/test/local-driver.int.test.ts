@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_CATALOG, DedicatedEndpointSchema, type DedicatedEndpoint } from '@berth/crds';
 import { pino } from 'pino';
 import { cliPath } from '@berth/engine-sim';
-import { eventually } from '../../test/support/eventually.ts';
+import { eventually } from '@berth/test/support/eventually';
 import { processDriver, type ProcessDriverOptions } from '../src/local/driver.ts';
 import { logFiles } from '../src/local/logfiles.ts';
 

@@ -63,7 +63,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     import('../../apps/api/src/proxy/ratelimit.ts'),
     import('../../apps/api/src/proxy/usage.ts'),
     import('../../apps/api/src/upstream/platform.ts'),
-    import('./memory-runtime.ts'),
+    import('../support/memory-runtime.ts'),
   ]);
   const config = parseConfig({
     PORT: '0',

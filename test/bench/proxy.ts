@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { spawnEngineSim, type SpawnedEngineSim } from '@berth/engine-sim';
 import { createTestDatabase } from '../support/postgres.ts';
-import { BENCH_ENDPOINT_ID } from './memory-runtime.ts';
+import { BENCH_ENDPOINT_ID } from '../support/memory-runtime.ts';
 import type { Command, Reply } from './proxy-server.ts';
 import { machine, summarize } from './stats.ts';
 

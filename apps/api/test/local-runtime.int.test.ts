@@ -4,9 +4,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, startTestApi, type TestApi } from '../../../test/support/api.ts';
-import { eventually } from '../../../test/support/eventually.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { eventually } from '@berth/test/support/eventually';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 
 let db: TestDatabase;
 let dataDir: string;

@@ -23,9 +23,9 @@ import {
   BENCH_ENDPOINT_ID as ID,
   memoryRuntime,
   type MemoryRuntime,
-} from '../../../test/bench/memory-runtime.ts';
-import { eventually } from '../../../test/support/eventually.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+} from '@berth/test/support/memory-runtime';
+import { eventually } from '@berth/test/support/eventually';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 
 const logger = pino({ level: 'silent' });
 let testDb: TestDatabase;

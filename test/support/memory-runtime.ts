@@ -3,7 +3,7 @@
 // API's own platform upstream (wake, hold, activity, replica choice) is built on top as in server.ts.
 import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
 import { Listeners } from '@berth/operator';
-import type { Backends, EndpointRuntime, Endpoints } from '../../apps/api/src/endpoints/ports.ts';
+import type { Backends, EndpointRuntime, Endpoints } from '@berth/api';
 
 export const BENCH_ENDPOINT_ID = 'endpt-bench0001';
 
