@@ -2,19 +2,12 @@ import { hostname } from 'node:os';
 import type { Catalog } from '@berth/crds';
 import { loadCatalog } from '@berth/crds';
 import { z } from 'zod';
-import { reconcilerConfig, reconcilerEnv, type ReconcilerConfig } from './core/config.ts';
+import { reconcilerConfig, reconcilerEnv, seconds, type ReconcilerConfig } from './core/config.ts';
 import type { ModelCache } from './k8s/builders.ts';
 
 export const DEFAULT_ENGINE_IMAGE = 'vllm/vllm-openai:v0.11.0';
 /** On Kubernetes the pre-start checks always run: against the public hub unless HF_ENDPOINT says. */
 export const DEFAULT_HF_ENDPOINT = 'https://huggingface.co';
-
-const seconds = (name: string, def: number, min = 1) =>
-  z.coerce
-    .number({ error: `${name} must be a number of seconds` })
-    .int(`${name} must be a whole number of seconds`)
-    .min(min, `${name} must be at least ${min}`)
-    .default(def);
 
 const modelCache = z
   .string()
@@ -60,9 +53,9 @@ export const EnvSchema = z.object({
     .string()
     .min(1, 'BERTH_ENGINE_IMAGE must name an image')
     .default(DEFAULT_ENGINE_IMAGE),
-  BERTH_STARTUP_TIMEOUT_SECONDS: seconds('BERTH_STARTUP_TIMEOUT_SECONDS', 1800),
-  BERTH_DRAIN_SECONDS: seconds('BERTH_DRAIN_SECONDS', 15, 0),
-  BERTH_TERMINATION_GRACE_SECONDS: seconds('BERTH_TERMINATION_GRACE_SECONDS', 300),
+  BERTH_STARTUP_TIMEOUT_SECONDS: seconds(1800),
+  BERTH_DRAIN_SECONDS: seconds(15, 0),
+  BERTH_TERMINATION_GRACE_SECONDS: seconds(300),
   BERTH_MODEL_CACHE: modelCache,
   BERTH_METRICS_PORT: z.coerce
     .number()

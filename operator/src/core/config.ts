@@ -5,11 +5,12 @@ import { z } from 'zod';
 // same variable means and validates the same everywhere. Messages do not repeat the variable's name:
 // both configuration errors print it in front.
 
-const seconds = (def: number) =>
+/** A whole number of seconds from the environment (operator variables use it too). */
+export const seconds = (def: number, min = 1) =>
   z.coerce
     .number({ error: 'must be a number of seconds' })
     .int('must be a whole number of seconds')
-    .min(1, 'must be at least 1')
+    .min(min, `must be at least ${min}`)
     .default(def);
 
 const count = (def: number, max?: number) => {
