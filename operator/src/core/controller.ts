@@ -144,6 +144,8 @@ export function startController<R extends ControlledRuntime>(
     log.info({ endpoints: keys.length }, 'caches synced; reconciling');
     for (const k of keys) queue.add(k);
   });
+  // Whoever awaits `started` sees the failure; nobody awaiting it must not crash the process.
+  started.catch((err: unknown) => log.error({ err: errorText(err) }, 'the runtime failed to start'));
 
   return {
     runtime: rt,

@@ -86,7 +86,12 @@ export async function startLocalRuntime(o: LocalRuntimeOptions): Promise<LocalRu
       gone: (key) => driver.remove(key.slice(key.indexOf('/') + 1)),
     };
   });
-  await controller.started;
+  try {
+    await controller.started;
+  } catch (err) {
+    await controller.stop(); // the endpoints could not be loaded: start nothing
+    throw err;
+  }
   const { endpoints, driver } = controller.runtime;
   return {
     endpoints,

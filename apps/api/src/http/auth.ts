@@ -25,9 +25,10 @@ export type Caller = KeyCaller | { accountId: string; principal?: undefined; sig
 
 /**
  * Decides whether a request may go without a key: the account it is billed to, or undefined when a
- * key is required. It runs first and may refuse by throwing (unknown resource, rate limits).
+ * key is required (synchronously: the common case costs no promise). It runs first and may refuse
+ * by throwing (unknown resource, rate limits).
  */
-export type PublicAccess = (req: Request, res: Response) => Promise<{ accountId: string } | undefined>;
+export type PublicAccess = (req: Request, res: Response) => Promise<{ accountId: string }> | undefined;
 
 /** The caller requireKey() admitted. */
 export function callerOf(res: Response): Caller {
@@ -47,9 +48,9 @@ export function requireKey(
 ): RequestHandler {
   const needed = scopes.map((s) => `"${s}"`).join(' or ');
   return async (req, res, next) => {
-    const open = options.public ? await options.public(req, res) : undefined;
+    const open = options.public?.(req, res);
     if (open) {
-      res.locals.caller = { accountId: open.accountId } satisfies Caller;
+      res.locals.caller = { accountId: (await open).accountId } satisfies Caller;
       return next();
     }
     const token = bearerToken(req);

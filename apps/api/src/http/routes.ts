@@ -84,7 +84,8 @@ export class Routes {
       if (!this.keys) throw new Error(`route ${path} needs a key service`);
       middleware.push(requireKey(this.keys, auth.scopes, auth.public ? { public: auth.public } : {}));
     }
-    this.router[spec.method](expressPath, ...middleware, async (req: Request, res: Response) => {
+    // Express 5 passes a returned promise's rejection to the error middleware.
+    this.router[spec.method](expressPath, ...middleware, (req: Request, res: Response) => {
       let parsed: { value: unknown } | undefined;
       const ctx = {
         req,
@@ -96,7 +97,7 @@ export class Routes {
           return parsed.value as ReturnType<RouteContext<P, B, A>['body']>;
         },
       };
-      await handler(ctx);
+      return handler(ctx);
     });
   }
 }

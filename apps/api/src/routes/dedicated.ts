@@ -52,28 +52,37 @@ function endpointOf(req: Request, endpoints: EndpointCache): DedicatedEndpoint {
  * call is billed to the owning account (spec §5.2). Unknown ids are 404 before any key is asked for.
  */
 function publicAccess(deps: DedicatedDeps): PublicAccess {
-  return async (req: Request, res: Response) => {
+  return (req: Request, res: Response) => {
     const e = endpointOf(req, deps.endpoints);
-    if (e.spec.authMode !== 'Public') return undefined;
-    const id = e.metadata.name;
-    const client = req.ip ?? req.socket.remoteAddress ?? 'unknown';
-    const [perEndpoint, perClient] = await Promise.all([
-      deps.limiter.hit(`ep:${id}`, deps.config.publicLimitPerEndpoint),
-      deps.limiter.hit(`cl:${id}:${client}`, deps.config.publicLimitPerClient),
-    ]);
-    const tightest = perClient.remaining < perEndpoint.remaining ? perClient : perEndpoint;
-    res.setHeader('x-ratelimit-limit-requests', String(tightest.limit));
-    res.setHeader('x-ratelimit-remaining-requests', String(tightest.remaining));
-    res.setHeader('x-ratelimit-reset-requests', `${Math.ceil(tightest.resetMs / 1000)}s`);
-    const refused = !perEndpoint.allowed ? perEndpoint : !perClient.allowed ? perClient : undefined;
-    if (refused) {
-      throw new ApiError('rate_limited', {
-        message: `Rate limit reached for public endpoint ${id}: ${refused.limit} requests per minute${refused === perClient ? ' per client' : ''}`,
-        headers: { 'retry-after': String(Math.max(1, Math.ceil(refused.resetMs / 1000))) },
-      });
-    }
-    return { accountId: e.spec.account };
+    return e.spec.authMode === 'Public' ? limited(req, res, e, deps) : undefined;
   };
+}
+
+/** The Public endpoint's rate limits: headers on every answer, 429 past either limit. */
+async function limited(
+  req: Request,
+  res: Response,
+  e: DedicatedEndpoint,
+  deps: DedicatedDeps,
+): Promise<{ accountId: string }> {
+  const id = e.metadata.name;
+  const client = req.ip ?? req.socket.remoteAddress ?? 'unknown';
+  const [perEndpoint, perClient] = await Promise.all([
+    deps.limiter.hit(`ep:${id}`, deps.config.publicLimitPerEndpoint),
+    deps.limiter.hit(`cl:${id}:${client}`, deps.config.publicLimitPerClient),
+  ]);
+  const tightest = perClient.remaining < perEndpoint.remaining ? perClient : perEndpoint;
+  res.setHeader('x-ratelimit-limit-requests', String(tightest.limit));
+  res.setHeader('x-ratelimit-remaining-requests', String(tightest.remaining));
+  res.setHeader('x-ratelimit-reset-requests', `${Math.ceil(tightest.resetMs / 1000)}s`);
+  const refused = !perEndpoint.allowed ? perEndpoint : !perClient.allowed ? perClient : undefined;
+  if (refused) {
+    throw new ApiError('rate_limited', {
+      message: `Rate limit reached for public endpoint ${id}: ${refused.limit} requests per minute${refused === perClient ? ' per client' : ''}`,
+      headers: { 'retry-after': String(Math.max(1, Math.ceil(refused.resetMs / 1000))) },
+    });
+  }
+  return { accountId: e.spec.account };
 }
 
 /** What the caller sees when no upstream was given. */
