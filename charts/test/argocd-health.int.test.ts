@@ -8,8 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { API_VERSION, DedicatedEndpointSchema, KIND, type DedicatedEndpointStatus } from '@berth/crds';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { kubectlJson, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
-import { ARGOCD_HEALTH_SCRIPT, argocdHealth } from '../../test/gitops/tools.ts';
+import { kubectlJson, kubectlOk, testNamespace } from '@berth/test/cluster/env';
+import { ARGOCD_HEALTH_SCRIPT, argocdHealth } from '@berth/test/gitops/tools';
 
 const at = '2026-01-01T00:00:00Z';
 

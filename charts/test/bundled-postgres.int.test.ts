@@ -6,8 +6,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { kubectl, kubectlJson, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
-import { eventually } from '../../test/support/eventually.ts';
+import { kubectl, kubectlJson, kubectlOk, testNamespace } from '@berth/test/cluster/env';
+import { eventually } from '@berth/test/support/eventually';
 import { chartDir, cpuOnlyValues, helm, helmOk } from './helm.ts';
 
 interface Meta {

@@ -4,8 +4,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { kubectl, kubectlJson, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
-import { eventually } from '../../test/support/eventually.ts';
+import { kubectl, kubectlJson, kubectlOk, testNamespace } from '@berth/test/cluster/env';
+import { eventually } from '@berth/test/support/eventually';
 import { chartDir, DB_URL, helm, helmOk, helmPath, profiles } from './helm.ts';
 
 const CRD = 'dedicatedendpoints.berth.dev';

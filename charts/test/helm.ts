@@ -3,8 +3,8 @@
 import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { kubeconfigPath } from '../../test/cluster/env.ts';
-import { runTool, type ToolResult } from '../../test/support/process.ts';
+import { kubeconfigPath } from '@berth/test/cluster/env';
+import { runTool, type ToolResult } from '@berth/test/support/process';
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const chartDir = join(here, '..', 'berth');

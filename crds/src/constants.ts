@@ -26,6 +26,8 @@ export const ANNOTATION_WAKE_REQUESTED = 'berth.dev/wake-requested-at';
  * once the last-activity annotation is older than 3 × ACTIVITY_REFRESH_SECONDS (a crashed API).
  */
 export const ANNOTATION_IN_FLIGHT = 'berth.dev/in-flight';
+/** The name a user gave the endpoint when creating it through the API (the id otherwise). */
+export const ANNOTATION_DISPLAY_NAME = 'berth.dev/display-name';
 /** The API refreshes ANNOTATION_LAST_ACTIVITY at least this often while a request is in flight. */
 export const ACTIVITY_REFRESH_SECONDS = 10;
 
@@ -40,7 +42,7 @@ export const LABEL_SPEC_HASH = 'berth.dev/spec-hash';
 export const LABEL_GPU_TYPE = 'berth.dev/gpu-type';
 export const MANAGED_BY = 'berth-operator';
 
-/** Finalizer that closes what lives outside the cluster (the endpoint's billing record). */
+/** Finalizer that holds the endpoint until effects outside the cluster (the termination hook) are done. */
 export const FINALIZER = 'berth.dev/finalizer';
 /** Server-side apply field manager: the operator's one identity for every write. */
 export const FIELD_MANAGER = 'berth-operator';

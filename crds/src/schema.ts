@@ -28,10 +28,14 @@ export const ModelSpecSchema = z.object({
 
 export const HardwareSpecSchema = z.object({
   gpuType: z.string().min(1).max(63).describe('Instance type id from the hardware catalog'),
-  gpuCount: z.int().min(1).max(64).describe('GPUs per replica; also the tensor-parallel size'),
+  gpuCount: z
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(64, 'must be at most 64')
+    .describe('GPUs per replica; also the tensor-parallel size'),
 });
 
-export const AuthModeSchema = z.enum(['Public', 'Private']);
+export const AuthModeSchema = z.enum(['Public', 'Private'], { error: 'must be "Private" or "Public"' });
 export type AuthMode = z.infer<typeof AuthModeSchema>;
 
 export const ScalingSpecSchema = z
@@ -40,14 +44,14 @@ export const ScalingSpecSchema = z
     maxReplicas: z.int().min(1).max(100).default(1),
     idleTimeoutSeconds: z
       .int()
-      .min(15) // above the API's 10 s in-flight activity refresh, so a request in flight is never "idle"
+      .min(15, 'must be at least 15') // above the API's 10 s activity refresh: a request in flight is never "idle"
       .max(30 * 24 * 3600)
       .default(900)
       .describe('Hibernate after this long without traffic (only when minReplicas is 0)'),
   })
   .refine((s) => s.minReplicas <= s.maxReplicas, {
     path: ['minReplicas'],
-    message: 'scaling.minReplicas must be less than or equal to scaling.maxReplicas',
+    message: 'must be less than or equal to scaling.maxReplicas',
   })
   .meta({
     'x-kubernetes-validations': [

@@ -7,9 +7,9 @@
 import { createRequire } from 'node:module';
 import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
-import { kubectlOk, testNamespace } from '../../test/cluster/env.ts';
-import { startFakeHub } from '../test/support/fake-hub.ts';
-import { Cluster, installCrd, start, testConfig } from '../test/support/harness.ts';
+import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
+import { startFakeHub } from '@berth/test/support/fake-hub';
+import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
 
 const N = Number(process.argv[2] ?? 1000);
 const NODES = Math.ceil(N / 100) + 1;

@@ -2,16 +2,12 @@ import { hostname } from 'node:os';
 import type { Catalog } from '@berth/crds';
 import { loadCatalog } from '@berth/crds';
 import { z } from 'zod';
+import { reconcilerConfig, reconcilerEnv, seconds, type ReconcilerConfig } from './core/config.ts';
 import type { ModelCache } from './k8s/builders.ts';
 
 export const DEFAULT_ENGINE_IMAGE = 'vllm/vllm-openai:v0.11.0';
-
-const seconds = (name: string, def: number, min = 1) =>
-  z.coerce
-    .number({ error: `${name} must be a number of seconds` })
-    .int(`${name} must be a whole number of seconds`)
-    .min(min, `${name} must be at least ${min}`)
-    .default(def);
+/** On Kubernetes the pre-start checks always run: against the public hub unless HF_ENDPOINT says. */
+export const DEFAULT_HF_ENDPOINT = 'https://huggingface.co';
 
 const modelCache = z
   .string()
@@ -37,8 +33,9 @@ const modelCache = z
     return z.NEVER;
   });
 
-/** Operator configuration: one schema, parsed from the environment at boot. */
+/** Operator configuration: one schema (the reconciler's fragment included), parsed from the environment at boot. */
 export const EnvSchema = z.object({
+  ...reconcilerEnv.shape,
   KUBECONFIG: z.string().optional().describe('Path to a kubeconfig; unset = in-cluster service account'),
   BERTH_NAMESPACE: z
     .string()
@@ -52,26 +49,14 @@ export const EnvSchema = z.object({
     .string()
     .optional()
     .describe('JSON/YAML instance-type catalog; unset = built-in default'),
-  HF_ENDPOINT: z
-    .url('HF_ENDPOINT must be a URL such as https://huggingface.co')
-    .default('https://huggingface.co'),
   BERTH_ENGINE_IMAGE: z
     .string()
     .min(1, 'BERTH_ENGINE_IMAGE must name an image')
     .default(DEFAULT_ENGINE_IMAGE),
-  BERTH_PROVISIONING_TIMEOUT_SECONDS: seconds('BERTH_PROVISIONING_TIMEOUT_SECONDS', 1800),
-  BERTH_WAKE_TIMEOUT_SECONDS: seconds('BERTH_WAKE_TIMEOUT_SECONDS', 600),
-  BERTH_STARTUP_TIMEOUT_SECONDS: seconds('BERTH_STARTUP_TIMEOUT_SECONDS', 1800),
-  BERTH_DRAIN_SECONDS: seconds('BERTH_DRAIN_SECONDS', 15, 0),
-  BERTH_TERMINATION_GRACE_SECONDS: seconds('BERTH_TERMINATION_GRACE_SECONDS', 300),
+  BERTH_STARTUP_TIMEOUT_SECONDS: seconds(1800),
+  BERTH_DRAIN_SECONDS: seconds(15, 0),
+  BERTH_TERMINATION_GRACE_SECONDS: seconds(300),
   BERTH_MODEL_CACHE: modelCache,
-  BERTH_CRASHLOOP_RESTARTS: z.coerce.number().int().min(1).default(3),
-  BERTH_GPU_MEMORY_UTILIZATION: z.coerce
-    .number()
-    .gt(0)
-    .max(1, 'BERTH_GPU_MEMORY_UTILIZATION is a fraction, e.g. 0.9')
-    .default(0.9),
-  BERTH_TARGET_INFLIGHT_PER_REPLICA: z.coerce.number().int().min(1).default(16),
   BERTH_METRICS_PORT: z.coerce
     .number()
     .int()
@@ -87,33 +72,24 @@ export const EnvSchema = z.object({
     .describe('Namespace of the leader Lease; default BERTH_NAMESPACE or berth-system'),
   BERTH_LEASE_NAME: z.string().default('berth-operator'),
   BERTH_IDENTITY: z.string().optional().describe('Leader-election identity; default hostname_pid'),
-  BERTH_RESYNC_SECONDS: seconds('BERTH_RESYNC_SECONDS', 300),
-  BERTH_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
   LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
 });
 
-export interface OperatorConfig {
+export interface OperatorConfig extends ReconcilerConfig {
   kubeconfig?: string;
   namespace: string;
   catalog: Catalog;
   hfEndpoint: string;
   engineImage: string;
-  provisioningTimeoutSeconds: number;
-  wakeTimeoutSeconds: number;
   startupTimeoutSeconds: number;
   drainSeconds: number;
   terminationGracePeriodSeconds: number;
   modelCache: ModelCache;
-  crashLoopRestarts: number;
-  gpuMemoryUtilization: number;
-  targetInFlightPerReplica: number;
   metricsPort: number;
   leaderElection: boolean;
   leaseNamespace: string;
   leaseName: string;
   identity: string;
-  resyncSeconds: number;
-  concurrency: number;
   logLevel: string;
   /** Lease timings (client-go defaults 15/10/2 s); tests shorten them. */
   lease?: { durationSeconds: number; renewDeadlineSeconds: number; retryPeriodSeconds: number };
@@ -133,27 +109,21 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): OperatorCon
   }
   const e = r.data;
   return {
+    ...reconcilerConfig(e),
     kubeconfig: e.KUBECONFIG,
     namespace: e.BERTH_NAMESPACE,
     catalog: loadCatalog(e.BERTH_CATALOG_FILE),
-    hfEndpoint: e.HF_ENDPOINT,
+    hfEndpoint: e.HF_ENDPOINT ?? DEFAULT_HF_ENDPOINT,
     engineImage: e.BERTH_ENGINE_IMAGE,
-    provisioningTimeoutSeconds: e.BERTH_PROVISIONING_TIMEOUT_SECONDS,
-    wakeTimeoutSeconds: e.BERTH_WAKE_TIMEOUT_SECONDS,
     startupTimeoutSeconds: e.BERTH_STARTUP_TIMEOUT_SECONDS,
     drainSeconds: e.BERTH_DRAIN_SECONDS,
     terminationGracePeriodSeconds: e.BERTH_TERMINATION_GRACE_SECONDS,
     modelCache: e.BERTH_MODEL_CACHE,
-    crashLoopRestarts: e.BERTH_CRASHLOOP_RESTARTS,
-    gpuMemoryUtilization: e.BERTH_GPU_MEMORY_UTILIZATION,
-    targetInFlightPerReplica: e.BERTH_TARGET_INFLIGHT_PER_REPLICA,
     metricsPort: e.BERTH_METRICS_PORT,
     leaderElection: e.BERTH_LEADER_ELECTION === 'true',
     leaseNamespace: e.BERTH_LEASE_NAMESPACE ?? (e.BERTH_NAMESPACE || 'berth-system'),
     leaseName: e.BERTH_LEASE_NAME,
     identity: e.BERTH_IDENTITY ?? `${hostname()}_${process.pid}`,
-    resyncSeconds: e.BERTH_RESYNC_SECONDS,
-    concurrency: e.BERTH_CONCURRENCY,
     logLevel: e.LOG_LEVEL,
   };
 }

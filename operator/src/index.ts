@@ -1,7 +1,17 @@
 export { startOperator } from './operator.ts';
 export type { OperatorDeps, OperatorHandle } from './operator.ts';
-export { configFromEnv, ConfigError, EnvSchema, DEFAULT_ENGINE_IMAGE } from './config.ts';
+export {
+  configFromEnv,
+  ConfigError,
+  EnvSchema,
+  DEFAULT_ENGINE_IMAGE,
+  DEFAULT_HF_ENDPOINT,
+} from './config.ts';
 export type { OperatorConfig } from './config.ts';
+export { reconcilerConfig, reconcilerEnv } from './core/config.ts';
+export type { ReconcilerConfig, ReconcilerEnv } from './core/config.ts';
+export { startController } from './core/controller.ts';
+export type { Controller, ControlledRuntime, ControllerOptions } from './core/controller.ts';
 export { decide, replicasForLoad } from './core/phase.ts';
 export type { PhaseOptions } from './core/phase.ts';
 export type { HubToken, PreflightOptions } from './core/preflight.ts';
@@ -10,6 +20,9 @@ export { reconcileKey } from './core/reconcile.ts';
 export type { ReconcileDeps } from './core/reconcile.ts';
 export type { EndpointStore, WorkloadDriver, TerminationHook } from './core/runtime.ts';
 export type * from './core/types.ts';
-export { desiredDeployment, desiredService, desiredCacheClaim, engineArgs } from './k8s/builders.ts';
+export { engineArgs } from './core/engine-args.ts';
+export { FAILURE_SEVERITY, failureInOutput, mostSevere } from './core/failures.ts';
+export { desiredDeployment, desiredService, desiredCacheClaim } from './k8s/builders.ts';
 export type { BuildConfig, ModelCache } from './k8s/builders.ts';
 export { supervise } from './k8s/informers.ts';
+export { Listeners } from './core/listeners.ts';

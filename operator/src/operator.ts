@@ -4,12 +4,12 @@ import { PHASES } from '@berth/crds';
 import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
-import { WorkQueue } from './core/queue.ts';
-import { reconcileKey } from './core/reconcile.ts';
+import { startController } from './core/controller.ts';
 import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
+import { DEFAULT_HF_ENDPOINT } from './config.ts';
 import { LeaderElector } from './k8s/leader.ts';
-import { apiErrorText, KubeRuntime } from './k8s/runtime.ts';
+import { kubeRuntime } from './k8s/runtime.ts';
 import type { Metrics } from './metrics.ts';
 import { createMetrics, serveMetrics } from './metrics.ts';
 
@@ -30,11 +30,6 @@ export interface OperatorHandle {
   stop(): Promise<void>;
 }
 
-interface Controller {
-  stop(): Promise<void>;
-  synced: boolean;
-}
-
 /** Composition root: main.ts and the integration tests both start the operator through here. */
 export async function startOperator(
   config: OperatorConfig,
@@ -43,119 +38,75 @@ export async function startOperator(
   const log = deps.log ?? pino({ name: 'berth-operator', level: config.logLevel });
   const kc = deps.kubeConfig ?? loadKubeConfig(config.kubeconfig);
   const metrics = createMetrics();
-  let controller: Controller | undefined;
+  let controller: { synced: boolean; stop(): Promise<void> } | undefined;
   let controllerStarting: Promise<void> = Promise.resolve();
   let stopping = false;
 
-  // Billing lives in the API's database; until it hooks in, termination is recorded as an Event.
-  const termination: TerminationHook = deps.termination ?? {
-    onTerminate: async () => {},
-  };
-
-  const startController = (): Controller => {
-    const c: Controller = { synced: false, stop: async () => {} };
-    const queue = new WorkQueue(
-      async (key) => {
-        const end = metrics.reconcileDuration.startTimer();
-        try {
-          return await reconcileKey(key, {
-            store: runtime,
-            driver: runtime,
-            termination: {
-              onTerminate: async (ep) => {
-                await termination.onTerminate(ep);
-                await runtime.recordEvent(ep, {
-                  type: 'Normal',
-                  reason: 'Terminated',
-                  message: 'Endpoint terminated; billing record closed',
-                });
-              },
-            },
-            catalog: config.catalog,
-            phase: {
-              deadlines: {
-                provisioningSeconds: config.provisioningTimeoutSeconds,
-                wakeSeconds: config.wakeTimeoutSeconds,
-              },
-              scaling: { targetInFlightPerReplica: config.targetInFlightPerReplica },
-            },
-            preflight: {
-              hfEndpoint: config.hfEndpoint,
-              gpuMemoryUtilization: config.gpuMemoryUtilization,
-              timeoutMs: 10_000,
-              ...(deps.fetch ? { fetch: deps.fetch } : {}),
-            },
-            log,
-            ...(deps.now ? { now: deps.now } : {}),
-            onDecision: (_ep, d) => {
-              if (d.wakeDurationSeconds !== undefined) metrics.wakeDuration.observe(d.wakeDurationSeconds);
-            },
-          });
-        } finally {
-          end();
-        }
-      },
+  const startKubeController = () => {
+    const c = startController(
       {
-        concurrency: config.concurrency,
-        onOutcome: (key, outcome, err) => {
-          metrics.reconciles.inc({ result: outcome });
-          if (outcome === 'error' || outcome === 'terminal') {
-            metrics.errors.inc({ where: 'reconcile' });
-            log.warn({ endpoint: key, outcome, err: errorText(err) }, 'reconcile failed');
-          }
+        config,
+        catalog: config.catalog,
+        ...(deps.termination ? { termination: deps.termination } : {}),
+        log,
+        ...(deps.now ? { now: deps.now } : {}),
+        ...(deps.fetch ? { fetch: deps.fetch } : {}),
+        observer: {
+          pass: () => metrics.reconcileDuration.startTimer(),
+          outcome: (outcome) => {
+            metrics.reconciles.inc({ result: outcome });
+            if (outcome === 'error' || outcome === 'terminal') metrics.errors.inc({ where: 'reconcile' });
+          },
+          decision: (_ep, d) => {
+            if (d.wakeDurationSeconds !== undefined) metrics.wakeDuration.observe(d.wakeDurationSeconds);
+          },
         },
       },
-    );
-    const runtime = new KubeRuntime({
-      kc,
-      namespace: config.namespace,
-      build: {
-        engineImage: config.engineImage,
-        startupTimeoutSeconds: config.startupTimeoutSeconds,
-        drainSeconds: config.drainSeconds,
-        terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
-        modelCache: config.modelCache,
-        ...(config.hfEndpoint !== 'https://huggingface.co' ? { hfEndpoint: config.hfEndpoint } : {}),
+      (enqueue) => {
+        const k = kubeRuntime({
+          kc,
+          namespace: config.namespace,
+          build: {
+            engineImage: config.engineImage,
+            startupTimeoutSeconds: config.startupTimeoutSeconds,
+            drainSeconds: config.drainSeconds,
+            terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
+            modelCache: config.modelCache,
+            ...(config.hfEndpoint !== DEFAULT_HF_ENDPOINT ? { hfEndpoint: config.hfEndpoint } : {}),
+          },
+          crashLoopRestarts: config.crashLoopRestarts,
+          identity: config.identity,
+          log,
+          onInformerError: () => metrics.errors.inc({ where: 'informer' }),
+          enqueue,
+        });
+        return {
+          store: k.store,
+          driver: k.driver,
+          cache: k.cache,
+          keys: () => k.cache.keys(),
+          start: () => k.cache.start(),
+          stop: () => k.cache.stop(),
+        };
       },
-      catalog: config.catalog,
-      crashLoopRestarts: config.crashLoopRestarts,
-      identity: config.identity,
-      log,
-      onInformerError: () => metrics.errors.inc({ where: 'informer' }),
-      enqueue: (key) => queue.add(key),
-    });
+    );
     const tick = setInterval(() => {
-      metrics.queueDepth.set(queue.depth);
+      metrics.queueDepth.set(c.depth);
       const counts = Object.fromEntries(PHASES.map((p) => [p, 0])) as Record<Phase, number>;
-      for (const ep of runtime.listEndpoints()) if (ep.status?.phase) counts[ep.status.phase]++;
+      for (const ep of c.runtime.cache.listEndpoints()) if (ep.status?.phase) counts[ep.status.phase]++;
       for (const p of PHASES) metrics.endpoints.set({ phase: p }, counts[p]);
     }, 5000);
     tick.unref();
-    const resync = setInterval(
-      () => runtime.keys().forEach((k) => queue.add(k)),
-      config.resyncSeconds * 1000,
-    );
-    resync.unref();
-    let halted = false;
-    const started = runtime.start().then(() => {
-      if (halted) return;
-      c.synced = true;
-      log.info(
-        { namespace: config.namespace || '(all)', endpoints: runtime.keys().length },
-        'caches synced; reconciling',
-      );
-      for (const k of runtime.keys()) queue.add(k);
-    });
-    c.stop = async () => {
-      halted = true;
-      clearInterval(tick);
-      clearInterval(resync);
-      await runtime.stop();
-      await queue.shutdown();
-      await started.catch(() => {});
-      log.info('controller stopped; queue drained');
+    return {
+      get synced() {
+        return c.synced;
+      },
+      async stop() {
+        clearInterval(tick);
+        await c.stop();
+        log.info('controller stopped; queue drained');
+      },
     };
-    return c;
   };
 
   const identity = config.identity;
@@ -174,7 +125,7 @@ export async function startOperator(
       onStartedLeading: () => {
         metrics.leader.set(1);
         controllerStarting = controllerStarting.then(() => {
-          if (!stopping) controller = startController();
+          if (!stopping) controller = startKubeController();
         });
       },
       onStoppedLeading: async () => {
@@ -187,7 +138,7 @@ export async function startOperator(
     elector.start();
   } else {
     metrics.leader.set(1);
-    controller = startController();
+    controller = startKubeController();
   }
 
   let server: Server | undefined;
@@ -223,8 +174,4 @@ function loadKubeConfig(path: string | undefined): KubeConfig {
   if (path) kc.loadFromFile(path);
   else kc.loadFromDefault();
   return kc;
-}
-
-function errorText(err: unknown): string | undefined {
-  return err ? apiErrorText(err) : undefined;
 }

@@ -38,7 +38,7 @@ describe('configFromEnv', () => {
     } catch (err) {
       message = (err as Error).message;
     }
-    expect(message).toMatch(/^ {2}HF_ENDPOINT: HF_ENDPOINT must be a URL/m);
+    expect(message).toMatch(/^ {2}HF_ENDPOINT: must be a URL/m);
     expect(message).toMatch(/^ {2}BERTH_WAKE_TIMEOUT_SECONDS: .*number of seconds/m);
     expect(message).toMatch(/^ {2}BERTH_MODEL_CACHE: BERTH_MODEL_CACHE must be hostPath/m);
     expect(message).toMatch(/^ {2}BERTH_NAMESPACE: BERTH_NAMESPACE must be a namespace name/m);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { kubectl, kubectlOk, testNamespace } from '../../test/cluster/env.ts';
-import { installCrd } from './support/harness.ts';
+import { kubectl, kubectlOk, testNamespace } from '@berth/test/cluster/env';
+import { installCrd } from '@berth/test/support/operator';
 
 // The CRD refuses bad input at the door, naming the field, and creates nothing.
 

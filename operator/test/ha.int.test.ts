@@ -1,10 +1,10 @@
 import { GROUP, LABEL_ENDPOINT, PLURAL, VERSION } from '@berth/crds';
 import { CoordinationV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { testNamespace } from '../../test/cluster/env.ts';
-import { eventually } from '../../test/support/eventually.ts';
-import { startFakeHub } from './support/fake-hub.ts';
-import { Cluster, installCrd, simSpec, start, testConfig } from './support/harness.ts';
+import { testNamespace } from '@berth/test/cluster/env';
+import { eventually } from '@berth/test/support/eventually';
+import { startFakeHub } from '@berth/test/support/fake-hub';
+import { Cluster, installCrd, simSpec, start, testConfig } from '@berth/test/support/operator';
 
 // Two operator replicas (leader election), and an operator restarted in the middle of its work.
 

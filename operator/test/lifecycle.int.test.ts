@@ -1,10 +1,10 @@
 import { ANNOTATION_LAST_ACTIVITY, ANNOTATION_WAKE_REQUESTED, FINALIZER, LABEL_ENDPOINT } from '@berth/crds';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { testNamespace } from '../../test/cluster/env.ts';
-import { eventually } from '../../test/support/eventually.ts';
+import { testNamespace } from '@berth/test/cluster/env';
+import { eventually } from '@berth/test/support/eventually';
 import type { OperatorHandle } from '../src/operator.ts';
-import { startFakeHub } from './support/fake-hub.ts';
-import { Cluster, installCrd, simSpec, start, testConfig } from './support/harness.ts';
+import { startFakeHub } from '@berth/test/support/fake-hub';
+import { Cluster, installCrd, simSpec, start, testConfig } from '@berth/test/support/operator';
 
 // One in-process operator against the real control plane (kwok nodes), watching its own namespace.
 // Deadlines are short so the timeout paths run in seconds.

@@ -1,6 +1,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { classifyPods, observeWorkload } from '../src/k8s/observe.ts';
+import { mostSevere } from '../src/core/failures.ts';
+import { classifyPods, HUB_TOKEN_REMEDY, observeWorkload } from '../src/k8s/observe.ts';
 
 const opts = { crashLoopRestarts: 3 };
 const pod = (status: V1Pod['status']): V1Pod => ({ metadata: { name: 'p' }, status });
@@ -87,6 +88,47 @@ describe('classifyPods', () => {
     const f = classifyPods([cudaOom], opts);
     expect(f?.kind).toBe('OutOfMemory');
     expect(f?.message).toMatch(/CUDA out of memory/);
+  });
+
+  it('sees a gated model in the termination message, and ranks OOM above it and a crash loop below', () => {
+    const gated = pod({
+      containerStatuses: [
+        {
+          name: 'engine',
+          image: 'x',
+          imageID: '',
+          ready: false,
+          restartCount: 4,
+          state: { waiting: { reason: 'CrashLoopBackOff' } },
+          lastState: {
+            terminated: {
+              exitCode: 1,
+              message: 'INFO start\nhuggingface_hub.errors.GatedRepoError: 401 Client Error.\n',
+            },
+          },
+        },
+      ],
+    });
+    const f = classifyPods([gated], opts);
+    expect(f).toEqual({
+      kind: 'GatedModel',
+      message: `The model is gated or private and the engine has no valid hub token (pod p: huggingface_hub.errors.GatedRepoError: 401 Client Error.). ${HUB_TOKEN_REMEDY}`,
+    });
+    const oom = pod({
+      containerStatuses: [
+        {
+          name: 'engine',
+          image: 'x',
+          imageID: '',
+          ready: false,
+          restartCount: 0,
+          state: { running: {} },
+          lastState: { terminated: { exitCode: 137, reason: 'OOMKilled' } },
+        },
+      ],
+    });
+    expect(classifyPods([gated, oom], opts)?.kind).toBe('OutOfMemory');
+    expect(mostSevere([{ kind: 'CrashLoop', message: '' }, f!])).toBe(f);
   });
 
   it('calls a crash loop a failure only after enough restarts', () => {

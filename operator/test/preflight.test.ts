@@ -3,7 +3,7 @@ import { DEFAULT_CATALOG, DedicatedEndpointSpecSchema } from '@berth/crds';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HubToken } from '../src/core/preflight.ts';
 import { preflight, weightBytes } from '../src/core/preflight.ts';
-import { startFakeHub } from './support/fake-hub.ts';
+import { startFakeHub } from '@berth/test/support/fake-hub';
 
 let hub: Awaited<ReturnType<typeof startFakeHub>>;
 beforeAll(async () => {

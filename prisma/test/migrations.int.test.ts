@@ -11,7 +11,7 @@ import {
   openMigratedDatabase,
   readSchema,
 } from '../src/index.ts';
-import { createTestDatabase, type TestDatabase } from '../../test/support/postgres.ts';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 
 describe('migrations on real PostgreSQL', () => {
   let db: TestDatabase;

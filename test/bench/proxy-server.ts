@@ -9,8 +9,10 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { pipeline } from 'node:stream/promises';
-import { Agent, request } from 'undici';
+import { request } from 'undici';
 import type { Phase } from '@berth/crds';
+// The proxy's HTTP client settings, shared with the baseline (this module imports only undici).
+import { proxyAgent } from '../../apps/api/src/proxy/agent.ts';
 
 export type Command =
   | { type: 'endpoint'; account: string; phase: Phase }
@@ -45,6 +47,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     { usageRepository },
     { memoryRateLimiter },
     { usageRecorder },
+    { platformUpstream },
     { memoryRuntime, BENCH_ENDPOINT_ID },
   ] = await Promise.all([
     import('@berth/db'),
@@ -59,7 +62,8 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     import('../../apps/api/src/repositories/usage.ts'),
     import('../../apps/api/src/proxy/ratelimit.ts'),
     import('../../apps/api/src/proxy/usage.ts'),
-    import('./memory-runtime.ts'),
+    import('../../apps/api/src/upstream/platform.ts'),
+    import('../support/memory-runtime.ts'),
   ]);
   const config = parseConfig({
     PORT: '0',
@@ -72,7 +76,8 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
   });
   const logger = createLogger(config.LOG_LEVEL);
   const db = await openMigratedDatabase({ kind: 'postgres', url: config.DATABASE_URL!, poolSize: 4 });
-  const runtime = memoryRuntime(logger);
+  const runtime = memoryRuntime();
+  const upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
   const metrics = createMetrics();
   const keys = keyService({
     repo: keyRepository(db.prisma),
@@ -95,6 +100,8 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     catalog: loadCatalog(undefined),
     endpoints: {
       runtime,
+      upstream,
+      dispatcher: proxyAgent(),
       usage: usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS),
       limiter: memoryRateLimiter(),
     },
@@ -111,7 +118,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
         runtime.setAddresses(c.addresses);
         send({ type: 'flipped', at });
       } else if (c.type === 'inflight') {
-        send({ type: 'inflight', n: runtime.activity.inFlight(BENCH_ENDPOINT_ID) });
+        send({ type: 'inflight', n: upstream.inFlight(BENCH_ENDPOINT_ID) });
       }
     },
   };
@@ -122,7 +129,7 @@ function startBare(): { server: http.Server; handle(c: Command): void } {
   let inflight = 0;
   // Requests that arrive while there is no upstream wait for one (the wake baseline).
   const waiting: (() => void)[] = [];
-  const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
+  const dispatcher = proxyAgent();
   // The same routes' shape: /api/d/<id>/<rest> → <upstream>/v1/<rest>.
   const server = http.createServer(async (req, res) => {
     inflight++;

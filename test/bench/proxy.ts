@@ -18,12 +18,17 @@ import { fileURLToPath } from 'node:url';
 import { Agent, request } from 'undici';
 import { spawnEngineSim, type SpawnedEngineSim } from '@berth/engine-sim';
 import { createTestDatabase } from '../support/postgres.ts';
-import { BENCH_ENDPOINT_ID } from './memory-runtime.ts';
+import { BENCH_ENDPOINT_ID } from '../support/memory-runtime.ts';
 import type { Command, Reply } from './proxy-server.ts';
 import { machine, summarize } from './stats.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const serverScript = fileURLToPath(new URL('./proxy-server.ts', import.meta.url));
+/**
+ * Another checkout of Berth (e.g. main's code, with its own node_modules) whose proxy runs beside
+ * this tree's in the same rounds: before/after figures measured under the same load.
+ */
+const BASELINE = process.env.BENCH_PROXY_BASELINE;
 const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const LAT_N = env('BENCH_PROXY_REQUESTS', 3000);
@@ -60,10 +65,12 @@ class Proxy {
     mode: 'berth' | 'bare',
     extraEnv: Record<string, string> = {},
     name: string = mode,
+    tree: string = root,
   ): Promise<Proxy> {
     const nodeArgs = process.env.BENCH_PROXY_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
-    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', serverScript, mode], {
-      cwd: root,
+    const script = tree === root ? serverScript : path.join(tree, 'test/bench/proxy-server.ts');
+    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, mode], {
+      cwd: tree,
       env: { ...process.env, ADMIN_TOKEN, ...extraEnv },
       // Berth's access log (LOG_LEVEL info) goes to stdout, as in production: into /dev/null here.
       stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
@@ -264,6 +271,8 @@ interface Part {
   rows: Row[];
 }
 
+const baselineVariant = { name: 'baseline', env: {}, tree: BASELINE };
+
 /** What the parts share: the database, the account, and every process to stop at the end. */
 class Context {
   acct?: { account: string; auth: Record<string, string> };
@@ -282,10 +291,10 @@ class Context {
     mode: 'berth' | 'bare',
     upstream: string,
     phase: 'up' | 'hibernated' = 'up',
-    variant?: { name: string; env: Record<string, string> },
+    variant?: { name: string; env: Record<string, string>; tree?: string },
   ): Promise<Proxy> {
     const env = mode === 'berth' ? { DATABASE_URL: this.db.url, ...variant?.env } : {};
-    const p = await Proxy.start(mode, env, variant?.name);
+    const p = await Proxy.start(mode, env, variant?.name, variant?.tree);
     this.proxies.push(p);
     if (phase === 'up') await p.ask({ type: 'addresses', addresses: [upstream] });
     if (mode === 'berth') {
@@ -313,7 +322,9 @@ async function latency(ctx: Context): Promise<Part> {
   const sim = await ctx.sim(['--ttft-ms', '0', '--itl-ms', '0']);
   const berth = await ctx.proxy('berth', sim.url);
   const bare = await ctx.proxy('bare', sim.url);
+  const base = BASELINE ? await ctx.proxy('berth', sim.url, 'up', baselineVariant) : undefined;
   const targets = [target('direct', `${sim.url}/v1`), ctx.target(bare), ctx.target(berth)];
+  if (base) targets.push(ctx.target(base));
   // Warm-up: JIT, connections, the key cache.
   for (const t of targets) {
     await sequential(t, 500, false, 16);
@@ -321,18 +332,38 @@ async function latency(ctx: Context): Promise<Part> {
   }
   // One request per path in turn (rotating which goes first), so a burst of load from outside the
   // benchmark hits the three paths alike.
-  const lat: Record<string, number[]> = { direct: [], bare: [], berth: [] };
-  const ttfb: Record<string, number[]> = { direct: [], bare: [], berth: [] };
+  const lat: Record<string, number[]> = { direct: [], bare: [], berth: [], baseline: [] };
+  const ttfb: Record<string, number[]> = { direct: [], bare: [], berth: [], baseline: [] };
   for (let i = 0; i < Math.max(LAT_N, TTFB_N); i++) {
-    const order = [0, 1, 2].map((k) => targets[(k + i) % 3]!);
+    const order = targets.map((_, k) => targets[(k + i) % targets.length]!);
     if (i < LAT_N) for (const t of order) lat[t.name]!.push(...(await sequential(t, 1, false, 16)));
     if (i < TTFB_N) for (const t of order) ttfb[t.name]!.push(...(await sequential(t, 1, true, 16)));
   }
   for (const t of targets) await Promise.all([t.single.close(), t.many.close()]);
   await berth.stop();
   await bare.stop();
+  await base?.stop();
   const L = { direct: summarize(lat.direct!), bare: summarize(lat.bare!), berth: summarize(lat.berth!) };
   const T = { direct: summarize(ttfb.direct!), bare: summarize(ttfb.bare!), berth: summarize(ttfb.berth!) };
+  const baseline = base
+    ? [
+        '',
+        `Baseline: the same rounds also went through Berth built from \`${BASELINE}\` (another checkout), one more path in the rotation.`,
+        '',
+        '| figure | added by Berth (this tree) | added by Berth (baseline) | this tree − baseline |',
+        '|---|---|---|---|',
+        ...(['p50', 'p99', 'mean'] as const).map((k) => {
+          const b = summarize(lat.baseline!)[k] - L.direct[k];
+          const n = L.berth[k] - L.direct[k];
+          return `| non-streaming ${k} | ${signed(n)} ms | ${signed(b)} ms | ${signed(n - b)} ms |`;
+        }),
+        ...(['p50', 'p99'] as const).map((k) => {
+          const b = summarize(ttfb.baseline!)[k] - T.direct[k];
+          const n = T.berth[k] - T.direct[k];
+          return `| first SSE byte ${k} | ${signed(n)} ms | ${signed(b)} ms | ${signed(n - b)} ms |`;
+        }),
+      ]
+    : [];
   const added50 = L.berth.p50 - L.direct.p50;
   const added99 = L.berth.p99 - L.direct.p99;
   const addedFirst = T.berth.p50 - T.direct.p50;
@@ -351,6 +382,7 @@ async function latency(ctx: Context): Promise<Part> {
       row('non-streaming mean', 'mean', L),
       row('first SSE byte p50', 'p50', T),
       row('first SSE byte p99', 'p99', T),
+      ...baseline,
     ],
     rows: [
       [
@@ -405,11 +437,13 @@ async function cpu(ctx: Context): Promise<Part> {
   const berth = await ctx.proxy('berth', simFast.url);
   const quiet = await ctx.proxy('berth', simFast.url, 'up', quietEnv);
   const bare = await ctx.proxy('bare', simFast.url);
+  const base = BASELINE ? await ctx.proxy('berth', simFast.url, 'up', baselineVariant) : undefined;
   const req = await measure(
     [
       [ctx.target(bare), bare],
       [ctx.target(berth), berth],
       [ctx.target(quiet), quiet],
+      ...(base ? [[ctx.target(base), base] as [Target, Proxy]] : []),
     ],
     CPU_N,
     false,
@@ -418,17 +452,20 @@ async function cpu(ctx: Context): Promise<Part> {
   await berth.stop();
   await quiet.stop();
   await bare.stop();
+  await base?.stop();
   // 256-token streams with a 1 ms inter-token latency, so each token is its own event on the wire
   // (at ITL 0 the simulator batches hundreds of events per write).
   const simChunks = await ctx.sim(['--ttft-ms', '0', '--itl-ms', '1']);
   const berth2 = await ctx.proxy('berth', simChunks.url);
   const quiet2 = await ctx.proxy('berth', simChunks.url, 'up', quietEnv);
   const bare2 = await ctx.proxy('bare', simChunks.url);
+  const base2 = BASELINE ? await ctx.proxy('berth', simChunks.url, 'up', baselineVariant) : undefined;
   const chunks = await measure(
     [
       [ctx.target(bare2), bare2],
       [ctx.target(berth2), berth2],
       [ctx.target(quiet2), quiet2],
+      ...(base2 ? [[ctx.target(base2), base2] as [Target, Proxy]] : []),
     ],
     CHUNK_STREAMS,
     true,
@@ -437,6 +474,7 @@ async function cpu(ctx: Context): Promise<Part> {
   await berth2.stop();
   await quiet2.stop();
   await bare2.stop();
+  await base2?.stop();
   const perReq = (m: string) => req[m]!.us / req[m]!.n;
   const perChunk = (m: string) => chunks[m]!.us / chunks[m]!.events;
   const perStream = (m: string) => chunks[m]!.us / chunks[m]!.n;
@@ -452,6 +490,12 @@ async function cpu(ctx: Context): Promise<Part> {
       `| CPU per SSE chunk (event) | ${f(perChunk('bare'), 2)} µs | ${f(perChunk('berth'), 2)} µs | ${f(chunkRatio, 2)}× | ${f(perChunk('quiet'), 2)} µs | ${f(perChunk('quiet') / perChunk('bare'), 2)}× |`,
       `| CPU per ${CHUNK_TOKENS}-token stream | ${f(perStream('bare'), 0)} µs | ${f(perStream('berth'), 0)} µs | ${f(perStream('berth') / perStream('bare'), 2)}× | ${f(perStream('quiet'), 0)} µs | ${f(perStream('quiet') / perStream('bare'), 2)}× |`,
       `| SSE events received by the client | ${chunks.bare!.events} | ${chunks.berth!.events} | | ${chunks.quiet!.events} | |`,
+      ...(req.baseline
+        ? [
+            '',
+            `Baseline (Berth from \`${BASELINE}\`, a fourth process in the same rotation): ${f(perReq('baseline'), 0)} µs per request (${f(perReq('baseline') / perReq('bare'), 2)}× bare; this tree / baseline ${f(perReq('berth') / perReq('baseline'), 2)}×), ${f(perChunk('baseline'), 2)} µs per SSE chunk (${f(perChunk('baseline') / perChunk('bare'), 2)}× bare; this tree / baseline ${f(perChunk('berth') / perChunk('baseline'), 2)}×).`,
+          ]
+        : []),
     ],
     rows: [
       [

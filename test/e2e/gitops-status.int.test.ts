@@ -16,9 +16,9 @@ import {
   type KstatusResult,
   type KstatusStatus,
 } from '../gitops/tools.ts';
-import type { OperatorHandle } from '../../operator/src/operator.ts';
-import { startFakeHub } from '../../operator/test/support/fake-hub.ts';
-import { Cluster, installCrd, simSpec, start, testConfig } from '../../operator/test/support/harness.ts';
+import type { OperatorHandle } from '@berth/operator';
+import { startFakeHub } from '../support/fake-hub.ts';
+import { Cluster, installCrd, simSpec, start, testConfig } from '../support/operator.ts';
 
 /** Issue 18: in progress while starting, current when settled (scale-to-zero is settled), failed when failed. */
 const KSTATUS_GOAL: Record<Phase, KstatusStatus> = {

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../apps/api/src/endpoints/local/processes.ts';
+import { freePort } from '@berth/operator/local';
 import { eventually } from '../support/eventually.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

@@ -15,7 +15,7 @@ import { API_VERSION, DEFAULT_CATALOG, DedicatedEndpointSchema, KIND } from '@be
 import { desiredDeployment } from '@berth/operator';
 import type { V1Container, V1Probe } from '@kubernetes/client-node';
 import { chartDir, DB_URL, helmOk } from '../../charts/test/helm.ts';
-import { installCrd } from '../../operator/test/support/harness.ts';
+import { installCrd } from '../support/operator.ts';
 import { kubeconfigPath, testNamespace } from '../cluster/env.ts';
 import { eventually } from '../support/eventually.ts';
 import { createTestDatabase, type TestDatabase } from '../support/postgres.ts';

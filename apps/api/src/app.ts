@@ -7,6 +7,7 @@ import { requireAdmin } from './http/auth.ts';
 import type { KeyService } from './keys/service.ts';
 import type { ApiMetrics } from './metrics.ts';
 import { ApiDoc } from './openapi.ts';
+import { Routes } from './http/routes.ts';
 import type { HealthRepository } from './repositories/keys.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerHealthRoutes, type Lifecycle } from './routes/health.ts';
@@ -16,9 +17,11 @@ import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
 import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
-import type { EndpointRuntime } from './endpoints/index.ts';
+import type { Dispatcher } from 'undici';
+import type { EndpointRuntime } from './endpoints/ports.ts';
 import type { RateLimiter } from './proxy/ratelimit.ts';
 import type { UsageRecorder } from './proxy/usage.ts';
+import type { PlatformUpstream } from './upstream/platform.ts';
 import { ApiError } from './errors.ts';
 
 export const API_VERSION = '0.1.0';
@@ -39,7 +42,14 @@ export interface AppDeps {
     >;
   catalog?: Catalog;
   /** Dedicated endpoints: absent when no runtime is configured (the routes then answer 503). */
-  endpoints?: { runtime: EndpointRuntime; usage: UsageRecorder; limiter: RateLimiter };
+  endpoints?: {
+    runtime: EndpointRuntime;
+    upstream: PlatformUpstream;
+    /** The proxy's one HTTP client (proxy/agent.ts). */
+    dispatcher: Dispatcher;
+    usage: UsageRecorder;
+    limiter: RateLimiter;
+  };
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -58,35 +68,49 @@ export function createApp(deps: AppDeps): express.Express {
 
   const doc = new ApiDoc();
   const ops = express.Router();
-  registerHealthRoutes(ops, deps);
+  const opsRoutes = new Routes(ops, doc, '');
+  registerHealthRoutes(opsRoutes, deps);
+  let document = '';
+  opsRoutes.add(
+    {
+      method: 'get',
+      path: '/openapi.json',
+      tag: 'operations',
+      auth: 'none',
+      summary: 'This OpenAPI document',
+      responses: { 200: { description: 'OpenAPI 3.1, generated from the routes’ own schemas' } },
+    },
+    ({ res }) => {
+      res.type('application/json').send(document);
+    },
+  );
   app.use(ops);
 
   const admin = express.Router();
   admin.use(requireAdmin(deps.adminToken), ...jsonBody(deps.config.MAX_BODY_BYTES));
-  registerAdminRoutes(admin, doc, deps);
+  registerAdminRoutes(new Routes(admin, doc, '/admin'), deps);
   app.use('/admin', admin);
 
   const api = express.Router();
   api.use(...jsonBody(deps.config.MAX_BODY_BYTES));
-  registerKeyRoutes(api, doc, deps);
-  registerModelRoutes(api, doc, {
-    keys: deps.keys,
-    models: deps.config.BERTH_MODELS,
-    created: Math.floor(Date.now() / 1000),
-  });
-  if (deps.catalog) registerHardwareRoutes(api, doc, { keys: deps.keys, catalog: deps.catalog });
+  const routes = new Routes(api, doc, '/api', deps.keys);
+  registerKeyRoutes(routes, deps);
+  registerModelRoutes(routes, { models: deps.config.BERTH_MODELS, created: Math.floor(Date.now() / 1000) });
+  if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   if (ep && deps.catalog) {
     const c = deps.config;
-    registerEndpointRoutes(api, doc, {
-      keys: deps.keys,
+    registerEndpointRoutes(routes, {
       catalog: deps.catalog,
       publicUrl: c.PUBLIC_URL,
-      ...ep.runtime,
+      endpoints: ep.runtime.endpoints,
+      logs: ep.runtime.logs,
+      upstream: ep.upstream,
     });
-    registerDedicatedRoutes(api, doc, {
-      keys: deps.keys,
-      ...ep.runtime,
+    registerDedicatedRoutes(routes, {
+      endpoints: ep.runtime.endpoints,
+      upstream: ep.upstream,
+      dispatcher: ep.dispatcher,
       usage: ep.usage,
       limiter: ep.limiter,
       config: {
@@ -107,10 +131,7 @@ export function createApp(deps: AppDeps): express.Express {
   }
   app.use('/api', api);
 
-  const document = JSON.stringify(doc.document(API_VERSION));
-  app.get('/openapi.json', (_req, res) => {
-    res.type('application/json').send(document);
-  });
+  document = JSON.stringify(doc.document(API_VERSION));
 
   app.use(notFound());
   app.use(errorHandler(deps.logger));

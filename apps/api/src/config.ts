@@ -1,5 +1,6 @@
 // Configuration is one zod schema over the environment, parsed once at start-up. A bad value stops
 // the process with a message that names the variable and says what to fix.
+import { reconcilerEnv } from '@berth/operator';
 import { z } from 'zod';
 
 const port = z.coerce
@@ -16,6 +17,8 @@ const positiveInt = (what: string) =>
 
 export const configSchema = z
   .object({
+    // The reconciler's variables (local mode runs it): BERTH_PROVISIONING_TIMEOUT_SECONDS, HF_ENDPOINT, …
+    ...reconcilerEnv.shape,
     PORT: port.default(8080).describe('TCP port the API listens on'),
     HOST: z.string().min(1).default('0.0.0.0').describe('Address the API binds'),
     DATABASE_URL: z
@@ -140,20 +143,6 @@ export const configSchema = z
     BERTH_LOCAL_STOP_GRACE_MS: positiveInt('milliseconds')
       .default(30_000)
       .describe('Local mode: how long a stopping engine may drain after SIGTERM before it is killed'),
-    BERTH_CRASHLOOP_RESTARTS: positiveInt('restarts')
-      .default(3)
-      .describe('Local mode: restarts of an exiting engine before the endpoint fails with CrashLoop'),
-    BERTH_PROVISIONING_TIMEOUT_SECONDS: positiveInt('seconds')
-      .default(1800)
-      .describe('Local mode: `building` longer than this fails with ProvisioningTimeout'),
-    BERTH_WAKE_TIMEOUT_SECONDS: positiveInt('seconds')
-      .default(600)
-      .describe('Local mode: `waking` longer than this fails with WakeTimeout'),
-    HF_ENDPOINT: z
-      .string()
-      .url('must be a URL such as https://huggingface.co')
-      .optional()
-      .describe('Local mode: model hub for the pre-start checks (size, gated); unset: checks skipped'),
   })
   .superRefine((c, ctx) => {
     if (c.DATABASE_URL && !c.ADMIN_TOKEN) {

@@ -1,5 +1,5 @@
 // The OpenAPI document is generated from the same zod schemas that validate requests and shape
-// responses: routes register an operation next to their handler.
+// responses: each route declares its operation once (http/routes.ts), which adds it here.
 import { z } from 'zod';
 
 export type Auth = 'admin' | 'key' | 'none';
@@ -41,7 +41,10 @@ export class ApiDoc {
         security: op.auth === 'none' ? [] : [{ [op.auth === 'admin' ? 'adminToken' : 'apiKey']: [] }],
         parameters: params.length ? params : undefined,
         requestBody: op.body
-          ? { required: true, content: { 'application/json': { schema: jsonSchema(op.body, 'input') } } }
+          ? {
+              required: !op.body.isOptional(),
+              content: { 'application/json': { schema: jsonSchema(op.body, 'input') } },
+            }
           : undefined,
         responses: Object.fromEntries(
           Object.entries(op.responses).map(([status, r]) => [

@@ -16,8 +16,11 @@ import { usageRepository } from './repositories/usage.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
 import { kubernetesRuntime, localRuntime, type EndpointRuntime } from './endpoints/index.ts';
+import { proxyAgent } from './proxy/agent.ts';
 import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
 import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
+import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts';
+import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 
 export interface RunningApi {
@@ -28,6 +31,8 @@ export interface RunningApi {
   logger: Logger;
   /** The dedicated-endpoint runtime, when one is configured. */
   runtime?: EndpointRuntime;
+  /** The proxy's upstream for those endpoints (wake, hold, replica choice). */
+  upstream?: PlatformUpstream;
   usage?: UsageRecorder;
   /** Stops accepting, lets requests in flight finish (up to SHUTDOWN_GRACE_MS), closes the database. */
   close(): Promise<void>;
@@ -52,6 +57,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let runtime: EndpointRuntime | undefined;
   let usage: UsageRecorder | undefined;
   let limiter: RateLimiter | undefined;
+  let upstream: PlatformUpstream | undefined;
+  let dispatcher: Agent | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const inCluster =
@@ -71,6 +78,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS);
       limiter = config.REDIS_URL ? await redisRateLimiter(config.REDIS_URL, logger) : memoryRateLimiter();
       await runtime.ready();
+      upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
+      dispatcher = proxyAgent();
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
     }
@@ -103,7 +112,10 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       logger,
       lifecycle,
       catalog,
-      endpoints: runtime && usage && limiter ? { runtime, usage, limiter } : undefined,
+      endpoints:
+        runtime && upstream && dispatcher && usage && limiter
+          ? { runtime, upstream, dispatcher, usage, limiter }
+          : undefined,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -125,6 +137,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const rt = runtime;
     const u = usage;
     const l = limiter;
+    const up = upstream;
+    const d = dispatcher;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -133,6 +147,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       keys: k,
       logger,
       runtime: rt,
+      upstream: up,
       usage: u,
       close: () =>
         (closing ??= (async () => {
@@ -142,7 +157,9 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           const grace = setTimeout(() => server.closeAllConnections(), config.SHUTDOWN_GRACE_MS);
           await drained;
           clearTimeout(grace);
+          await up?.close();
           await rt?.close();
+          await d?.close();
           await u?.close();
           await l?.close();
           await k.close();
@@ -153,7 +170,9 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })()),
     };
   } catch (err) {
+    await upstream?.close();
     await runtime?.close();
+    await dispatcher?.close();
     await usage?.close();
     await limiter?.close();
     await keys?.close();

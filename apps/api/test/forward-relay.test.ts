@@ -38,7 +38,7 @@ async function proxy(abortAfterMs?: number) {
       setTimeout(() => controller.abort(new ApiError('gateway_timeout')), abortAfterMs);
     const usage = await forward(
       {
-        addresses: () => [sim.url],
+        upstream: { next: () => sim.url },
         method: 'POST',
         path: '/v1/chat/completions',
         body: req.body,

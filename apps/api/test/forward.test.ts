@@ -46,20 +46,20 @@ afterAll(async () => {
   await dispatcher.close();
 });
 
-/** A one-route app that forwards to `addresses` and records what forward() returned or threw. */
-async function proxyTo(addresses: () => string[], retries = 2) {
+/** A one-route app that forwards to `address` and records what forward() returned or threw. */
+async function proxyTo(address: () => string, retries = 2) {
   const outcome: { usage?: Usage; error?: unknown; attempts: number } = { attempts: 0 };
   const app = express();
   app.use(express.json());
   app.post('/v1/chat/completions', async (req, res) => {
     const counted = () => {
       outcome.attempts++;
-      return addresses();
+      return address();
     };
     try {
       outcome.usage = await forward(
         {
-          addresses: counted,
+          upstream: { next: counted },
           method: 'POST',
           path: '/v1/chat/completions',
           body: req.body,
@@ -91,7 +91,7 @@ const chat = (url: string, body: Record<string, unknown> = {}) =>
 describe('forward()', () => {
   it('retries a refused connection on the next replica, before the first byte', async () => {
     let n = 0;
-    const p = await proxyTo(() => (n++ === 0 ? [deadUrl] : [sim.url]));
+    const p = await proxyTo(() => (n++ === 0 ? deadUrl : sim.url));
     const res = await chat(p.url);
     expect(res.status).toBe(200);
     expect((await res.json()).choices[0].message.content.length).toBeGreaterThan(0);
@@ -101,7 +101,7 @@ describe('forward()', () => {
   });
 
   it('gives up after the retries: 500 Failed to communicate with inference engine', async () => {
-    const p = await proxyTo(() => [deadUrl], 2);
+    const p = await proxyTo(() => deadUrl, 2);
     const res = await chat(p.url);
     expect(res.status).toBe(500);
     expect((await res.json()).error).toMatchObject({
@@ -113,7 +113,7 @@ describe('forward()', () => {
   });
 
   it('a failure after the first byte becomes an SSE error frame, with no retry', async () => {
-    const p = await proxyTo(() => [resettingUrl]);
+    const p = await proxyTo(() => resettingUrl);
     const res = await chat(p.url, { stream: true });
     expect(res.status).toBe(200);
     const text = await res.text();
@@ -128,7 +128,7 @@ describe('forward()', () => {
   });
 
   it("streams the engine's SSE, reads the usage it was asked for, and hides that chunk from a client that did not ask", async () => {
-    const p = await proxyTo(() => [sim.url]);
+    const p = await proxyTo(() => sim.url);
     const text = await (await chat(p.url, { stream: true })).text();
     expect(text).not.toContain('"usage":{');
     expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
@@ -140,7 +140,7 @@ describe('forward()', () => {
   });
 
   it("keeps an engine error's status and message, in the dual shape", async () => {
-    const p = await proxyTo(() => [sim.url]);
+    const p = await proxyTo(() => sim.url);
     const res = await chat(p.url, { model: 'other' });
     expect(res.status).toBe(404);
     expect(await res.json()).toEqual({

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, startTestApi, type TestApi } from '../../../test/support/api.ts';
+import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 
 let api: TestApi;
 beforeAll(async () => {

@@ -4,9 +4,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, startTestApi, type TestApi } from '../../../test/support/api.ts';
-import { eventually } from '../../../test/support/eventually.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { eventually } from '@berth/test/support/eventually';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 
 let db: TestDatabase;
 let dataDir: string;
@@ -89,12 +89,12 @@ describe('local runtime', () => {
     const acct = await api.newAccount();
     const { id } = await (await create(api, acct.compute, 'org/small')).json();
     await eventually(async () => (await get(api!, acct.compute, id)).status === 'up', { timeout: 20_000 });
-    const before = api.runtime!.store.list().map((e) => e.metadata.name);
+    const before = api.runtime!.endpoints.list().map((e) => e.metadata.name);
     expect(before).toContain(id);
 
     await api.stop();
     api = await startTestApi(env(), db);
-    const afterRestart = api.runtime!.store.list();
+    const afterRestart = api.runtime!.endpoints.list();
     expect(afterRestart.map((e) => e.metadata.name)).toEqual(before);
     expect(afterRestart.find((e) => e.spec.model.id === 'org/too-big')?.status?.phase).toBe('failed');
     const up = await eventually(

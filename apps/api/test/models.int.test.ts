@@ -1,6 +1,6 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, startTestApi, type TestApi } from '../../../test/support/api.ts';
+import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 
 let api: TestApi;
 let acct: Awaited<ReturnType<TestApi['newAccount']>>;

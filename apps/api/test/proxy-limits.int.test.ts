@@ -13,22 +13,27 @@ import { keyHasher } from '../src/keys/format.ts';
 import { localRevocationBus } from '../src/keys/revocation-bus.ts';
 import { keyService, type KeyService } from '../src/keys/service.ts';
 import { createMetrics } from '../src/metrics.ts';
+import { proxyAgent } from '../src/proxy/agent.ts';
 import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
 import { usageRecorder } from '../src/proxy/usage.ts';
 import { healthRepository, keyRepository } from '../src/repositories/keys.ts';
 import { usageRepository } from '../src/repositories/usage.ts';
+import { platformUpstream, type PlatformUpstream } from '../src/upstream/platform.ts';
 import {
   BENCH_ENDPOINT_ID as ID,
   memoryRuntime,
   type MemoryRuntime,
-} from '../../../test/bench/memory-runtime.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+} from '@berth/test/support/memory-runtime';
+import { eventually } from '@berth/test/support/eventually';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 
 const logger = pino({ level: 'silent' });
 let testDb: TestDatabase;
 let db: Awaited<ReturnType<typeof openMigratedDatabase>>;
 let keys: KeyService;
 let runtime: MemoryRuntime;
+let upstream: PlatformUpstream;
+const dispatcher = proxyAgent();
 let sim: Awaited<ReturnType<typeof startEngineSim>>;
 let server: Server;
 let url: string;
@@ -44,7 +49,8 @@ beforeAll(async () => {
     bus: localRevocationBus(),
     touchIntervalMs: 60_000,
   });
-  runtime = memoryRuntime(logger);
+  runtime = memoryRuntime();
+  upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
   sim = await startEngineSim({ model: 'berth/bench', ttftMs: 0, itlMs: 50, outputTokens: 100 });
   const app = createApp({
     config: {
@@ -63,6 +69,8 @@ beforeAll(async () => {
     catalog: DEFAULT_CATALOG,
     endpoints: {
       runtime,
+      upstream,
+      dispatcher,
       usage: usageRecorder(usageRepository(db.prisma), logger, 60_000),
       limiter: memoryRateLimiter(),
     },
@@ -75,7 +83,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   server?.close();
-  await runtime?.close();
+  await upstream?.close();
+  await dispatcher.close();
   await sim?.close();
   await keys?.close();
   await db?.close();
@@ -103,13 +112,14 @@ const call = (body: Record<string, unknown> = {}, signal?: AbortSignal) =>
 
 describe('held requests', () => {
   it('are released when a replica becomes ready, after one wake for the whole burst', async () => {
-    const wakes = runtime.waker.wakesSignalled;
+    const wakes = upstream.wakesSignalled;
     const pending = Array.from({ length: 20 }, () => call());
-    await new Promise((r) => setTimeout(r, 200));
+    // All 20 held (not a fixed sleep: on a loaded machine they may take a while to arrive).
+    await eventually(() => upstream.inFlight(ID) === 20, { timeout: 10_000 });
     runtime.setAddresses([sim.url]);
     const answers = await Promise.all(pending);
     expect(answers.map((r) => r.status)).toEqual(Array(20).fill(200));
-    expect(runtime.waker.wakesSignalled - wakes).toBe(1);
+    expect(upstream.wakesSignalled - wakes).toBe(1);
   });
 
   it('end with 503 endpoint_waking and Retry-After when the endpoint is not ready in time', async () => {
@@ -145,11 +155,11 @@ describe('held requests', () => {
     const controller = new AbortController();
     const pending = call({}, controller.signal).catch(() => undefined);
     await new Promise((r) => setTimeout(r, 150));
-    expect(runtime.activity.inFlight(ID)).toBe(1);
+    expect(upstream.inFlight(ID)).toBe(1);
     controller.abort();
     await pending;
     await new Promise((r) => setTimeout(r, 100));
-    expect(runtime.activity.inFlight(ID)).toBe(0);
+    expect(upstream.inFlight(ID)).toBe(0);
   });
 });
 

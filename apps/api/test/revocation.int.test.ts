@@ -1,8 +1,8 @@
 // Two API processes on one database: a key revoked through one is refused by the other at once,
 // even though the other had it cached.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, spawnApi, type ApiProcess } from '../../../test/support/api.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+import { bearer, spawnApi, type ApiProcess } from '@berth/test/support/api';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 
 const ADMIN = 'two-process-admin-token-xyz';
 let db: TestDatabase;

@@ -38,6 +38,12 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
 
   if (ep.metadata.deletionTimestamp) {
     if (!finalizers.includes(FINALIZER)) return;
+    // Recorded first: a runtime's termination may remove where events go (local mode's log file).
+    await deps.store.recordEvent(ep, {
+      type: 'Normal',
+      reason: 'Terminated',
+      message: 'Endpoint terminated; its replicas are removed',
+    });
     await deps.termination.onTerminate(ep);
     await deps.store.setFinalizer(ep, false);
     log.info('endpoint terminated; finalizer removed');

@@ -2,8 +2,8 @@ import type { DedicatedEndpoint, DedicatedEndpointStatus, InstanceType } from '@
 import type { HubToken } from './preflight.ts';
 import type { ObservedWorkload, PhaseEvent } from './types.ts';
 
-// The narrow interface between the reconcile loop and a runtime (Kubernetes today, local processes
-// later). Reads come from the runtime's cache; writes are idempotent.
+// The narrow interface between the reconcile loop and a runtime: Kubernetes (k8s/) or processes on
+// one machine (local/). Reads come from the runtime's cache; writes are idempotent.
 
 export interface EndpointStore {
   /** The endpoint from the cache, by key "namespace/name". */
@@ -21,7 +21,10 @@ export interface WorkloadDriver {
    * `instanceType` is undefined when the hardware is not in the catalog: then only scale to zero.
    */
   apply(ep: DedicatedEndpoint, instanceType: InstanceType | undefined, replicas: number): Promise<void>;
-  /** Where the proxy reaches the endpoint. */
+  /**
+   * The endpoint's address for `status.url` (informational, for kubectl users: the API's proxy
+   * dials the Ready replicas it watches, not this).
+   */
   url(ep: DedicatedEndpoint): string;
   /** The hub token named by spec.model.hubTokenSecretRef. */
   hubToken(ep: DedicatedEndpoint): Promise<HubToken>;

@@ -6,9 +6,9 @@ import type {
   Phase,
 } from '@berth/crds';
 
-// The runtime-agnostic seam. The Kubernetes runtime implements these with informers and server-side
-// apply; a local runtime can implement them with processes and a database. Nothing in core/ imports
-// @kubernetes/client-node.
+// The runtime-agnostic seam. The Kubernetes runtime (k8s/) implements it with informers and
+// server-side apply, the local runtime (local/) with processes and the API's database. Nothing in
+// core/ imports @kubernetes/client-node.
 
 /** Memory the phase machine keeps between passes (a subset of status). */
 export type Memory = Pick<

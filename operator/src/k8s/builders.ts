@@ -12,6 +12,7 @@ import {
   LABEL_SPEC_HASH,
   MANAGED_BY,
 } from '@berth/crds';
+import { engineArgs } from '../core/engine-args.ts';
 
 // Pure builders of the endpoint's children. The reconciler server-side-applies their output whole,
 // every time something differs; they never read the cluster.
@@ -79,25 +80,6 @@ export function serviceUrl(ep: DedicatedEndpoint): string {
 
 export function pvcName(ep: DedicatedEndpoint): string {
   return `${ep.metadata.name}-cache`;
-}
-
-export function engineArgs(ep: DedicatedEndpoint): string[] {
-  const { model, hardware, engine } = ep.spec;
-  const args = [
-    model.id,
-    '--served-model-name',
-    model.id,
-    '--host',
-    '0.0.0.0',
-    '--port',
-    String(ENGINE_PORT),
-    '--tensor-parallel-size',
-    String(hardware.gpuCount),
-    '--revision',
-    model.revision,
-  ];
-  if (model.maxModelLen !== undefined) args.push('--max-model-len', String(model.maxModelLen));
-  return [...args, ...(engine?.args ?? [])];
 }
 
 export function desiredDeployment(

@@ -1,10 +1,12 @@
 import type { V1Deployment, V1Pod } from '@kubernetes/client-node';
+import { failureInOutput, mostSevere, outOfMemory } from '../core/failures.ts';
 import type { ObservedWorkload, WorkloadFailure } from '../core/types.ts';
 
 // Pure translation of pod and Deployment status into the runtime-agnostic observation.
 
-const OOM_LOG =
-  /CUDA out of memory|torch\.OutOfMemoryError|OutOfMemoryError|not enough (GPU )?memory|No available memory for the cache blocks/i;
+/** How a user gives a Kubernetes endpoint's engine a hub token. */
+export const HUB_TOKEN_REMEDY =
+  'Create the endpoint again with a hubToken that has access to the model (or fix the Secret named in spec.model.hubTokenSecretRef).';
 const PULL_REASONS = new Set(['ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull']);
 
 export interface ClassifyOptions {
@@ -12,7 +14,7 @@ export interface ClassifyOptions {
   crashLoopRestarts: number;
 }
 
-/** The most severe failure signal among the pods, most severe first: pull > OOM > crash loop > unschedulable. */
+/** The most severe failure signal among the pods (core/failures.ts orders them). */
 export function classifyPods(pods: readonly V1Pod[], opts: ClassifyOptions): WorkloadFailure | undefined {
   const found: WorkloadFailure[] = [];
   for (const pod of pods) {
@@ -27,12 +29,14 @@ export function classifyPods(pods: readonly V1Pod[], opts: ClassifyOptions): Wor
           message: `Cannot pull image ${cs.image}: ${waiting.message ?? waiting.reason}. Check engine.image and registry access.`,
         });
       }
-      if (last && (last.reason === 'OOMKilled' || OOM_LOG.test(last.message ?? ''))) {
-        found.push({
-          kind: 'OutOfMemory',
-          message: `The engine ran out of memory loading the model (pod ${name}: ${tail(last.message) || last.reason}). Choose a larger GPU type, more GPUs, or a smaller maxModelLen.`,
-        });
-      }
+      // The termination message is the log's tail (FallbackToLogsOnError): it names OOM or a gated repo.
+      const fatal =
+        last?.reason === 'OOMKilled'
+          ? outOfMemory(`pod ${name}`, 'OOMKilled')
+          : last?.message
+            ? failureInOutput(last.message, { where: `pod ${name}`, hubTokenRemedy: HUB_TOKEN_REMEDY })
+            : undefined;
+      if (fatal) found.push(fatal);
       if (waiting?.reason === 'CrashLoopBackOff' && (cs.restartCount ?? 0) >= opts.crashLoopRestarts) {
         const why = last
           ? `exit code ${last.exitCode}${last.message ? `: ${tail(last.message)}` : ''}`
@@ -51,9 +55,7 @@ export function classifyPods(pods: readonly V1Pod[], opts: ClassifyOptions): Wor
       });
     }
   }
-  const order: WorkloadFailure['kind'][] = ['ImagePull', 'OutOfMemory', 'CrashLoop', 'Unschedulable'];
-  found.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind));
-  return found[0];
+  return mostSevere(found);
 }
 
 export function observeWorkload(

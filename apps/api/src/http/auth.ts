@@ -12,19 +12,47 @@ export function bearerToken(req: Request): string | null {
   return match ? match[1]! : null;
 }
 
-export function principalOf(res: Response): Principal {
-  const p = res.locals.principal as Principal | undefined;
-  if (!p) throw new Error('principalOf() on a route without requireKey()');
-  return p;
+/** Who a request acts for: a key (its principal, and a signal that aborts when it is revoked). */
+export interface KeyCaller {
+  accountId: string;
+  principal: Principal;
+  /** Aborts, with 401 `Invalid API key` as its reason, when the key is revoked mid-request. */
+  signal: AbortSignal;
+}
+
+/** A caller of a route that also admits calls without a key (Public endpoints). */
+export type Caller = KeyCaller | { accountId: string; principal?: undefined; signal?: undefined };
+
+/**
+ * Decides whether a request may go without a key: the account it is billed to, or undefined when a
+ * key is required (synchronously: the common case costs no promise). It runs first and may refuse
+ * by throwing (unknown resource, rate limits).
+ */
+export type PublicAccess = (req: Request, res: Response) => Promise<{ accountId: string }> | undefined;
+
+/** The caller requireKey() admitted. */
+export function callerOf(res: Response): Caller {
+  const c = res.locals.caller as Caller | undefined;
+  if (!c) throw new Error('callerOf() on a route without requireKey()');
+  return c;
 }
 
 /**
- * Authenticates an API key and checks its scope. The request is tied to its key so a revocation
- * aborts it (`res.locals.keySignal`).
+ * Authenticates an API key and checks its scope; the request is tied to its key, so a revocation
+ * aborts it (the caller's signal). With `public`, a request that hook admits needs no key.
  */
-export function requireKey(keys: KeyService, scopes: readonly Scope[]): RequestHandler {
+export function requireKey(
+  keys: KeyService,
+  scopes: readonly Scope[],
+  options: { public?: PublicAccess } = {},
+): RequestHandler {
   const needed = scopes.map((s) => `"${s}"`).join(' or ');
   return async (req, res, next) => {
+    const open = options.public?.(req, res);
+    if (open) {
+      res.locals.caller = { accountId: (await open).accountId } satisfies Caller;
+      return next();
+    }
     const token = bearerToken(req);
     if (!token) throw new ApiError('missing_authorization');
     const result = await keys.verify(token);
@@ -35,10 +63,14 @@ export function requireKey(keys: KeyService, scopes: readonly Scope[]): RequestH
         message: `This API key has scope "${principal.scope}"; this route needs a key with scope ${needed}`,
       });
     }
-    res.locals.principal = principal;
+    res.locals.principal = principal; // the access log names the account
     const tracked = keys.track(principal.keyId);
-    res.locals.keySignal = tracked.signal;
     res.on('close', tracked.release);
+    res.locals.caller = {
+      accountId: principal.accountId,
+      principal,
+      signal: tracked.signal,
+    } satisfies Caller;
     next();
   };
 }

@@ -1,17 +1,19 @@
-// Forwards one request to an endpoint's replicas with undici and streams the answer back.
-// Retries happen only before the first byte reaches the client; after it, a failure becomes an
-// SSE error frame. The signal aborts the upstream (client gone, key revoked, wall-clock limit).
+// Forwards one request upstream with undici and streams the answer back. Where each attempt goes is
+// the upstream lease's business (../upstream/); retries happen only before the first byte reaches
+// the client, and after it a failure becomes an SSE error frame. The signal aborts the upstream
+// (client gone, key revoked, wall-clock limit).
 import { finished } from 'node:stream';
 import type { Response } from 'express';
 import type { Dispatcher } from 'undici';
 import { ApiError, errorFrame } from '../errors.ts';
+import type { AddressSource } from '../upstream/types.ts';
 import { SseUsageTap, usageOf, type Usage } from './sse.ts';
 
 export interface ForwardRequest {
-  /** Ready replica base URLs, read again on each retry. */
-  addresses: () => readonly string[];
+  /** Each attempt's OpenAI base URL (asked again on a retry). */
+  upstream: AddressSource;
   method: 'GET' | 'POST';
-  /** Upstream path, e.g. `/v1/chat/completions`. */
+  /** Path under the base URL, e.g. `/chat/completions`. */
   path: string;
   /** Parsed JSON body (POST). */
   body?: Record<string, unknown>;
@@ -34,8 +36,6 @@ const RETRIABLE = new Set([
   'EHOSTUNREACH',
 ]);
 const MAX_ERROR_BODY = 64 * 1024;
-
-let roundRobin = 0;
 
 function errorCode(err: unknown): string | undefined {
   const e = err as { code?: string; cause?: { code?: string } };
@@ -75,14 +75,17 @@ async function connect(
 ): Promise<Dispatcher.ResponseData> {
   const delay = deps.retryDelayMs ?? 100;
   for (let attempt = 0; ; attempt++) {
-    const addresses = req.addresses();
-    if (!addresses.length) throw new ApiError('endpoint_unavailable', { headers: { 'retry-after': '5' } });
-    const origin = addresses[roundRobin++ % addresses.length]!;
+    const base = req.upstream.next();
+    if (!base) throw new ApiError('endpoint_unavailable', { headers: { 'retry-after': '5' } });
+    // `http://host:port/v1` → origin `http://host:port`, path `/v1` + the request's.
+    const cut = base.indexOf('/', base.indexOf('//') + 2);
+    const origin = cut === -1 ? base : base.slice(0, cut);
+    const path = cut === -1 ? req.path : base.slice(cut) + req.path;
     const last = attempt >= deps.retries;
     try {
       const res = await deps.dispatcher.request({
         origin,
-        path: req.path,
+        path,
         method: req.method,
         headers: {
           'content-type': 'application/json',

@@ -1,33 +1,35 @@
-import type { Request, Router } from 'express';
+import type { Request } from 'express';
 import { z } from 'zod';
 import {
+  ANNOTATION_DISPLAY_NAME,
+  DedicatedEndpointSpecSchema,
+  HardwareSpecSchema,
   ModelSpecSchema,
   PHASE_LABELS,
-  checkHardware,
+  ScalingSpecSchema,
   isEndpointId,
-  newEndpointId,
   type Catalog,
   type DedicatedEndpoint,
-  type DedicatedEndpointSpecInput,
   type Phase,
 } from '@berth/crds';
 import { ApiError } from '../errors.ts';
-import { principalOf, requireKey } from '../http/auth.ts';
-import { parse } from '../http/validate.ts';
-import type { KeyService } from '../keys/service.ts';
-import type { ApiDoc } from '../openapi.ts';
+import type { Routes } from '../http/routes.ts';
 import { simpleError } from '../openapi.ts';
-import { ANNOTATION_DISPLAY_NAME, type EndpointStore } from '../endpoints/store.ts';
-import type { Waker } from '../endpoints/wake.ts';
-import type { EndpointLogs } from '../endpoints/logs.ts';
+import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
+import { endpointService } from '../endpoints/service.ts';
+import type { PlatformUpstream } from '../upstream/platform.ts';
+import type { EndpointLogs } from '../endpoints/ports.ts';
 
-const MANAGE = ['compute', 'global'] as const;
-
+/**
+ * The body of POST /api/endpoints: the resource's own field schemas (limits, defaults and messages
+ * have their one home in @berth/crds), with unknown fields refused, plus the API's `name` and
+ * `hubToken`.
+ */
 export const createEndpointBody = z.strictObject({
   name: z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters').optional(),
-  model: ModelSpecSchema.shape.id.describe('Model hub id, e.g. "Qwen/Qwen2.5-7B-Instruct"'),
-  revision: z.string().min(1).max(255).optional(),
-  maxModelLen: z.int().min(1).max(10_000_000).optional(),
+  model: ModelSpecSchema.shape.id,
+  revision: ModelSpecSchema.shape.revision,
+  maxModelLen: ModelSpecSchema.shape.maxModelLen,
   hubToken: z
     .string()
     .min(1, 'must not be empty')
@@ -36,22 +38,9 @@ export const createEndpointBody = z.strictObject({
     .describe(
       'Model hub token for a gated or private model; checked at provisioning time and never shown again',
     ),
-  hardware: z.strictObject({
-    gpuType: z.string().min(1).describe('An id from GET /api/hardware'),
-    gpuCount: z.int('must be a whole number').min(1, 'must be at least 1').max(64),
-  }),
-  authMode: z.enum(['Private', 'Public'], { error: 'must be "Private" or "Public"' }).optional(),
-  scaling: z
-    .strictObject({
-      minReplicas: z.int().min(0).max(100).optional(),
-      maxReplicas: z.int().min(1).max(100).optional(),
-      idleTimeoutSeconds: z
-        .int()
-        .min(15, 'must be at least 15')
-        .max(30 * 24 * 3600)
-        .optional(),
-    })
-    .optional(),
+  hardware: HardwareSpecSchema.strict(),
+  authMode: DedicatedEndpointSpecSchema.shape.authMode,
+  scaling: ScalingSpecSchema.strict().prefault({}),
 });
 
 export const endpointView = z.object({
@@ -109,202 +98,167 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
 }
 
 /** The endpoint, if the caller's account owns it: 404 unknown, 403 another account's (spec §7). */
-export function ownedEndpoint(store: EndpointStore, id: string, accountId: string): DedicatedEndpoint {
-  const e = isEndpointId(id) ? store.get(id) : undefined;
+export function ownedEndpoint(endpoints: EndpointCache, id: string, accountId: string): DedicatedEndpoint {
+  const e = isEndpointId(id) ? endpoints.get(id) : undefined;
   if (!e) throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
   if (e.spec.account !== accountId) throw new ApiError('endpoint_not_owned');
   return e;
 }
 
 export interface EndpointRouteDeps {
-  keys: KeyService;
-  store: EndpointStore;
-  waker: Waker;
+  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'delete'>;
+  upstream: Pick<PlatformUpstream, 'wake'>;
   logs: EndpointLogs;
   catalog: Catalog;
   publicUrl?: string;
 }
 
+const auth = { scopes: ['compute', 'global'] } as const;
+const errors = {
+  401: { description: 'Missing, malformed or revoked key', schema: simpleError },
+  403: { description: 'Not a compute or global key, or another account’s endpoint', schema: simpleError },
+};
+const byId = { 404: { description: 'No such endpoint', schema: simpleError } };
+
 /** Provision, list, inspect, wake and terminate dedicated endpoints (compute or global keys). */
-export function registerEndpointRoutes(router: Router, doc: ApiDoc, deps: EndpointRouteDeps): void {
-  const auth = requireKey(deps.keys, MANAGE);
-  const errors = {
-    401: { description: 'Missing, malformed or revoked key', schema: simpleError },
-    403: { description: 'Not a compute or global key, or another account’s endpoint', schema: simpleError },
-  };
-  const byId = { 404: { description: 'No such endpoint', schema: simpleError } };
-
-  doc.add({
-    method: 'post',
-    path: '/api/endpoints',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: MANAGE,
-    summary: 'Provision a dedicated endpoint',
-    description:
-      'Validated against the hardware catalog. The endpoint starts in `building`; a model that does not fit the hardware, or a gated model without a valid hub token, ends in `failed` with the reason.',
-    body: createEndpointBody,
-    responses: {
-      201: { description: 'The endpoint', schema: endpointView },
-      400: { description: 'Invalid body or hardware', schema: simpleError },
-      ...errors,
-    },
-  });
-  router.post('/endpoints', auth, async (req, res) => {
-    const body = parse(createEndpointBody, req.body);
-    const hw = checkHardware(deps.catalog, body.hardware);
-    if (!hw.ok) {
-      const field = hw.field.replace(/^spec\./, '');
-      throw new ApiError('validation_error', {
-        message: `Invalid request body: ${field}: ${hw.message}`,
-        param: field,
-      });
-    }
-    if (!hw.instanceType.available) {
-      throw new ApiError('validation_error', {
-        message: `Invalid request body: hardware.gpuType: ${hw.instanceType.id} is not available for new endpoints`,
-        param: 'hardware.gpuType',
-      });
-    }
-    const scaling = { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900, ...body.scaling };
-    if (scaling.minReplicas > scaling.maxReplicas) {
-      throw new ApiError('validation_error', {
-        message:
-          'Invalid request body: scaling.minReplicas: must be less than or equal to scaling.maxReplicas',
-        param: 'scaling.minReplicas',
-      });
-    }
-    const id = newEndpointId();
-    const spec: DedicatedEndpointSpecInput = {
-      account: principalOf(res).accountId,
-      model: {
-        id: body.model,
-        ...(body.revision ? { revision: body.revision } : {}),
-        ...(body.maxModelLen ? { maxModelLen: body.maxModelLen } : {}),
+export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps): void {
+  const service = endpointService(deps);
+  routes.add(
+    {
+      method: 'post',
+      path: '/api/endpoints',
+      tag: 'endpoints',
+      auth,
+      summary: 'Provision a dedicated endpoint',
+      description:
+        'Validated against the hardware catalog. The endpoint starts in `building`; a model that does not fit the hardware, or a gated model without a valid hub token, ends in `failed` with the reason.',
+      body: createEndpointBody,
+      responses: {
+        201: { description: 'The endpoint', schema: endpointView },
+        400: { description: 'Invalid body or hardware', schema: simpleError },
+        ...errors,
       },
-      hardware: body.hardware,
-      authMode: body.authMode ?? 'Private',
-      scaling,
-    };
-    const created = await deps.store.create({
-      id,
-      displayName: body.name ?? id,
-      spec,
-      hubToken: body.hubToken,
-    });
-    res.status(201).json(viewEndpoint(created, publicBase(req, deps.publicUrl)));
-  });
-
-  doc.add({
-    method: 'get',
-    path: '/api/endpoints',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: MANAGE,
-    summary: "List the account's endpoints, including those created with kubectl",
-    responses: {
-      200: { description: 'Endpoints', schema: z.object({ data: z.array(endpointView) }) },
-      ...errors,
     },
-  });
-  router.get('/endpoints', auth, (req, res) => {
-    const account = principalOf(res).accountId;
-    const base = publicBase(req, deps.publicUrl);
-    const data = deps.store
-      .list()
-      .filter((e) => e.spec.account === account)
-      .sort((a, b) =>
-        String(a.metadata.creationTimestamp).localeCompare(String(b.metadata.creationTimestamp)),
-      )
-      .map((e) => viewEndpoint(e, base));
-    res.json({ data });
-  });
+    async ({ req, res, caller, body }) => {
+      const created = await service.create(caller.accountId, body());
+      res.status(201).json(viewEndpoint(created, publicBase(req, deps.publicUrl)));
+    },
+  );
 
-  doc.add({
-    method: 'get',
-    path: '/api/endpoints/{id}',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: MANAGE,
-    summary: 'An endpoint: status, dashboard label, reason, message, replicas',
-    responses: { 200: { description: 'The endpoint', schema: endpointView }, ...byId, ...errors },
-  });
-  router.get('/endpoints/:id', auth, (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
-    res.json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
-  });
-
-  doc.add({
-    method: 'delete',
-    path: '/api/endpoints/{id}',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: MANAGE,
-    summary: 'Terminate an endpoint (its replicas and cached state are removed)',
-    responses: {
-      200: {
-        description: 'Terminated',
-        schema: z.object({
-          id: z.string(),
-          object: z.literal('dedicated_endpoint'),
-          deleted: z.literal(true),
-        }),
+  routes.add(
+    {
+      method: 'get',
+      path: '/api/endpoints',
+      tag: 'endpoints',
+      auth,
+      summary: "List the account's endpoints, including those created with kubectl",
+      responses: {
+        200: { description: 'Endpoints', schema: z.object({ data: z.array(endpointView) }) },
+        ...errors,
       },
-      ...byId,
-      ...errors,
     },
-  });
-  router.delete('/endpoints/:id', auth, async (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
-    if (!(await deps.store.delete(e.metadata.name)))
-      throw new ApiError('not_found', { message: `Dedicated endpoint ${e.metadata.name} not found` });
-    res.json({ id: e.metadata.name, object: 'dedicated_endpoint', deleted: true });
-  });
+    ({ req, res, caller }) => {
+      const base = publicBase(req, deps.publicUrl);
+      const data = deps.endpoints
+        .list()
+        .filter((e) => e.spec.account === caller.accountId)
+        .sort((a, b) =>
+          String(a.metadata.creationTimestamp).localeCompare(String(b.metadata.creationTimestamp)),
+        )
+        .map((e) => viewEndpoint(e, base));
+      res.json({ data });
+    },
+  );
 
-  doc.add({
-    method: 'post',
-    path: '/api/endpoints/{id}/wake',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: MANAGE,
-    summary: 'Wake a hibernated endpoint (no-op in any other state)',
-    responses: {
-      202: { description: 'Wake requested; poll GET /api/endpoints/{id}', schema: endpointView },
-      ...byId,
-      ...errors,
+  routes.add(
+    {
+      method: 'get',
+      path: '/api/endpoints/{id}',
+      tag: 'endpoints',
+      auth,
+      summary: 'An endpoint: status, dashboard label, reason, message, replicas',
+      responses: { 200: { description: 'The endpoint', schema: endpointView }, ...byId, ...errors },
     },
-  });
-  router.post('/endpoints/:id/wake', auth, async (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
-    if (e.status?.phase === 'hibernated') await deps.waker.wake(e);
-    res.status(202).json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
-  });
+    ({ req, res, caller, params }) => {
+      const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      res.json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
+    },
+  );
 
-  doc.add({
-    method: 'get',
-    path: '/api/endpoints/{id}/logs',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: MANAGE,
-    summary:
-      "The endpoint's logs: its status and events, then its replicas' output (`?follow=true` keeps streaming)",
-    responses: {
-      200: { description: 'Plain text, streamed', schema: z.string(), contentType: 'text/plain' },
-      ...byId,
-      ...errors,
+  routes.add(
+    {
+      method: 'delete',
+      path: '/api/endpoints/{id}',
+      tag: 'endpoints',
+      auth,
+      summary: 'Terminate an endpoint (its replicas and cached state are removed)',
+      responses: {
+        200: {
+          description: 'Terminated',
+          schema: z.object({
+            id: z.string(),
+            object: z.literal('dedicated_endpoint'),
+            deleted: z.literal(true),
+          }),
+        },
+        ...byId,
+        ...errors,
+      },
     },
-  });
-  router.get('/endpoints/:id/logs', auth, async (req, res) => {
-    const e = ownedEndpoint(deps.store, String(req.params.id), principalOf(res).accountId);
-    const controller = new AbortController();
-    res.on('close', () => controller.abort());
-    res.status(200).type('text/plain; charset=utf-8');
-    res.setHeader('cache-control', 'no-cache');
-    res.flushHeaders();
-    await deps.logs.stream(e, res, {
-      follow: req.query.follow === 'true' || req.query.follow === '1',
-      signal: controller.signal,
-    });
-    if (!res.writableEnded) res.end();
-  });
+    async ({ res, caller, params }) => {
+      const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      if (!(await deps.endpoints.delete(e.metadata.name)))
+        throw new ApiError('not_found', { message: `Dedicated endpoint ${e.metadata.name} not found` });
+      res.json({ id: e.metadata.name, object: 'dedicated_endpoint', deleted: true });
+    },
+  );
+
+  routes.add(
+    {
+      method: 'post',
+      path: '/api/endpoints/{id}/wake',
+      tag: 'endpoints',
+      auth,
+      summary: 'Wake a hibernated endpoint (no-op in any other state)',
+      responses: {
+        202: { description: 'Wake requested; poll GET /api/endpoints/{id}', schema: endpointView },
+        ...byId,
+        ...errors,
+      },
+    },
+    async ({ req, res, caller, params }) => {
+      const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      if (e.status?.phase === 'hibernated') await deps.upstream.wake(e);
+      res.status(202).json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
+    },
+  );
+
+  routes.add(
+    {
+      method: 'get',
+      path: '/api/endpoints/{id}/logs',
+      tag: 'endpoints',
+      auth,
+      summary:
+        "The endpoint's logs: its status and events, then its replicas' output (`?follow=true` keeps streaming)",
+      responses: {
+        200: { description: 'Plain text, streamed', schema: z.string(), contentType: 'text/plain' },
+        ...byId,
+        ...errors,
+      },
+    },
+    async ({ req, res, caller, params }) => {
+      const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      const controller = new AbortController();
+      res.on('close', () => controller.abort());
+      res.status(200).type('text/plain; charset=utf-8');
+      res.setHeader('cache-control', 'no-cache');
+      res.flushHeaders();
+      await deps.logs.stream(e, res, {
+        follow: req.query.follow === 'true' || req.query.follow === '1',
+        signal: controller.signal,
+      });
+      if (!res.writableEnded) res.end();
+    },
+  );
 }

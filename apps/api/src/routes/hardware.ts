@@ -1,9 +1,6 @@
-import type { Router } from 'express';
 import { z } from 'zod';
 import type { Catalog } from '@berth/crds';
-import { requireKey } from '../http/auth.ts';
-import type { KeyService } from '../keys/service.ts';
-import type { ApiDoc } from '../openapi.ts';
+import type { Routes } from '../http/routes.ts';
 import { simpleError } from '../openapi.ts';
 
 const hardwareView = z.object({
@@ -15,23 +12,7 @@ const hardwareView = z.object({
 });
 
 /** GET /api/hardware: the instance types endpoints can be provisioned on. Any valid key. */
-export function registerHardwareRoutes(
-  router: Router,
-  doc: ApiDoc,
-  deps: { keys: KeyService; catalog: Catalog },
-): void {
-  doc.add({
-    method: 'get',
-    path: '/api/hardware',
-    tag: 'endpoints',
-    auth: 'key',
-    scopes: ['inference', 'compute', 'global'],
-    summary: 'Instance types: GPU type id, GPU memory, allowed GPU counts, availability',
-    responses: {
-      200: { description: 'The catalog', schema: z.object({ data: z.array(hardwareView) }) },
-      401: { description: 'No valid key', schema: simpleError },
-    },
-  });
+export function registerHardwareRoutes(routes: Routes, deps: { catalog: Catalog }): void {
   const body = JSON.stringify({
     data: deps.catalog.instanceTypes.map((t) => ({
       id: t.id,
@@ -41,7 +22,20 @@ export function registerHardwareRoutes(
       available: t.available,
     })),
   });
-  router.get('/hardware', requireKey(deps.keys, ['inference', 'compute', 'global']), (_req, res) => {
-    res.type('application/json').send(body);
-  });
+  routes.add(
+    {
+      method: 'get',
+      path: '/api/hardware',
+      tag: 'endpoints',
+      auth: { scopes: ['inference', 'compute', 'global'] },
+      summary: 'Instance types: GPU type id, GPU memory, allowed GPU counts, availability',
+      responses: {
+        200: { description: 'The catalog', schema: z.object({ data: z.array(hardwareView) }) },
+        401: { description: 'No valid key', schema: simpleError },
+      },
+    },
+    ({ res }) => {
+      res.type('application/json').send(body);
+    },
+  );
 }

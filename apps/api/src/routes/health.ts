@@ -1,6 +1,7 @@
-import type { Router } from 'express';
-import type { HealthRepository } from '../repositories/keys.ts';
+import { z } from 'zod';
+import type { Routes } from '../http/routes.ts';
 import type { ApiMetrics } from '../metrics.ts';
+import type { HealthRepository } from '../repositories/keys.ts';
 
 export interface Lifecycle {
   shuttingDown: boolean;
@@ -8,34 +9,66 @@ export interface Lifecycle {
 
 /** Liveness, readiness (database reachable, not shutting down) and Prometheus metrics. */
 export function registerHealthRoutes(
-  router: Router,
-  deps: {
-    health: HealthRepository;
-    metrics: ApiMetrics;
-    lifecycle: Lifecycle;
-    extraChecks?: Record<string, () => Promise<void>>;
-  },
+  routes: Routes,
+  deps: { health: HealthRepository; metrics: ApiMetrics; lifecycle: Lifecycle },
 ): void {
-  router.get('/healthz', (_req, res) => {
-    res.json({ status: 'ok' });
+  routes.add(
+    {
+      method: 'get',
+      path: '/healthz',
+      tag: 'operations',
+      auth: 'none',
+      summary: 'Liveness: the process serves',
+      responses: { 200: { description: 'Alive', schema: z.object({ status: z.literal('ok') }) } },
+    },
+    ({ res }) => {
+      res.json({ status: 'ok' });
+    },
+  );
+
+  const readiness = z.object({
+    status: z.enum(['ready', 'not ready']),
+    checks: z.record(z.string(), z.string()).describe('`ok`, or what is wrong'),
   });
-  router.get('/readyz', async (_req, res) => {
-    const checks: Record<string, string> = {};
-    const run = async (name: string, fn: () => Promise<void>) => {
+  routes.add(
+    {
+      method: 'get',
+      path: '/readyz',
+      tag: 'operations',
+      auth: 'none',
+      summary: 'Readiness: the database answers and the process is not shutting down',
+      responses: {
+        200: { description: 'Ready', schema: readiness },
+        503: { description: 'Not ready', schema: readiness },
+      },
+    },
+    async ({ res }) => {
+      const checks: Record<string, string> = {};
       try {
-        await fn();
-        checks[name] = 'ok';
+        await deps.health.ping();
+        checks.database = 'ok';
       } catch (err) {
-        checks[name] = (err as Error).message.split('\n')[0] ?? 'failed';
+        checks.database = (err as Error).message.split('\n')[0] ?? 'failed';
       }
-    };
-    await run('database', () => deps.health.ping());
-    for (const [name, fn] of Object.entries(deps.extraChecks ?? {})) await run(name, fn);
-    if (deps.lifecycle.shuttingDown) checks.shutdown = 'shutting down';
-    const ready = Object.values(checks).every((v) => v === 'ok');
-    res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'not ready', checks });
-  });
-  router.get('/metrics', async (_req, res) => {
-    res.type(deps.metrics.registry.contentType).send(await deps.metrics.registry.metrics());
-  });
+      if (deps.lifecycle.shuttingDown) checks.shutdown = 'shutting down';
+      const ready = Object.values(checks).every((v) => v === 'ok');
+      res.status(ready ? 200 : 503).json({ status: ready ? 'ready' : 'not ready', checks });
+    },
+  );
+
+  routes.add(
+    {
+      method: 'get',
+      path: '/metrics',
+      tag: 'operations',
+      auth: 'none',
+      summary: 'Prometheus metrics',
+      responses: {
+        200: { description: 'Text exposition format', schema: z.string(), contentType: 'text/plain' },
+      },
+    },
+    async ({ res }) => {
+      res.type(deps.metrics.registry.contentType).send(await deps.metrics.registry.metrics());
+    },
+  );
 }

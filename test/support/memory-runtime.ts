@@ -1,13 +1,9 @@
-// An in-memory endpoint runtime for benchmarks: one DedicatedEndpoint object and a Backends whose
-// addresses the benchmark sets, wired with the API's own waker and activity reporter — exactly the
-// shapes registerDedicatedRoutes consumes, with no Kubernetes behind them.
-import { Agent } from 'undici';
-import type { Logger } from 'pino';
+// An in-memory endpoint runtime for benchmarks and proxy tests: one DedicatedEndpoint object and a
+// Backends whose addresses the caller sets — the API's ports, with no Kubernetes behind them. The
+// API's own platform upstream (wake, hold, activity, replica choice) is built on top as in server.ts.
 import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
-import type { EndpointRuntime } from '../../apps/api/src/endpoints/index.ts';
-import { activityReporter } from '../../apps/api/src/endpoints/activity.ts';
-import { Listeners, type Backends, type EndpointStore } from '../../apps/api/src/endpoints/store.ts';
-import { waker } from '../../apps/api/src/endpoints/wake.ts';
+import { Listeners } from '@berth/operator';
+import type { Backends, EndpointRuntime, Endpoints } from '@berth/api';
 
 export const BENCH_ENDPOINT_ID = 'endpt-bench0001';
 
@@ -20,14 +16,14 @@ export interface MemoryRuntime extends EndpointRuntime {
   readonly annotations: number;
 }
 
-export function memoryRuntime(logger: Logger): MemoryRuntime {
+export function memoryRuntime(): MemoryRuntime {
   let endpoint: DedicatedEndpoint | undefined;
   let addresses: readonly string[] = [];
   let annotations = 0;
   const endpointListeners = new Listeners<DedicatedEndpoint | undefined>();
   const addressListeners = new Listeners<readonly string[]>();
 
-  const store: EndpointStore = {
+  const store: Endpoints = {
     ready: async () => {},
     get: (id) => (endpoint && endpoint.metadata.name === id ? endpoint : undefined),
     list: () => (endpoint ? [endpoint] : []),
@@ -51,24 +47,15 @@ export function memoryRuntime(logger: Logger): MemoryRuntime {
     watch: (id, fn) => addressListeners.add(id, fn),
     close: async () => {},
   };
-  const activity = activityReporter(store, logger);
-  // The same Agent settings as kubernetesRuntime.
-  const dispatcher = new Agent({ keepAliveTimeout: 30_000, connections: null, pipelining: 1 });
   const noLogs = { stream: async () => {} };
 
   return {
     kind: 'kubernetes',
-    store,
+    endpoints: store,
     backends,
-    waker: waker(store, backends, logger),
-    activity,
     logs: noLogs,
-    dispatcher,
     ready: async () => {},
-    async close() {
-      await activity.close();
-      await dispatcher.close();
-    },
+    close: async () => {},
     get annotations() {
       return annotations;
     },

@@ -6,7 +6,7 @@
 // per endpoint, resolved by the backends watch the moment a Ready address appears.
 import { ANNOTATION_WAKE_REQUESTED, type DedicatedEndpoint } from '@berth/crds';
 import type { Logger } from 'pino';
-import type { Backends, EndpointStore } from './store.ts';
+import type { Backends, Endpoints } from '../endpoints/ports.ts';
 
 export type WaitOutcome = 'ready' | 'timeout' | 'failed' | 'deleted' | 'aborted';
 
@@ -19,7 +19,11 @@ export interface Waker {
   readonly wakesSignalled: number;
 }
 
-export function waker(store: EndpointStore, backends: Backends, logger: Logger): Waker {
+export function waker(
+  store: Pick<Endpoints, 'watch' | 'annotate'>,
+  backends: Backends,
+  logger: Logger,
+): Waker {
   const inProgress = new Map<string, Promise<void>>();
   let wakesSignalled = 0;
   const waits = new Map<

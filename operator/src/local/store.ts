@@ -1,26 +1,59 @@
-// Local mode's endpoint store: rows in the embedded database, served from an in-process cache (the
-// local "informer"). One process owns the database, so the cache is the truth after start-up and
-// every write goes to the database first, then the cache, then the listeners. It exposes two
-// views of the same objects: the API's EndpointStore (by id) and the reconciler's (by key).
+// Local mode's endpoint store: rows in the API's database served from an in-process cache (the
+// local "API server and informer" in one). One process owns the database, so the cache is the truth
+// once loaded, and every write goes to the database first, then the cache, then the listeners. It has
+// two views of the same objects: the API's (by id: read, create, delete, annotate) and the
+// reconciler's (by key, `local/<id>`: status, finalizer, events).
 import { randomUUID } from 'node:crypto';
-import { ApiError } from '../../errors.ts';
 import {
+  ANNOTATION_DISPLAY_NAME,
   API_VERSION,
   DedicatedEndpointSpecSchema,
   FINALIZER,
   KIND,
   type DedicatedEndpoint,
+  type DedicatedEndpointSpecInput,
   type DedicatedEndpointStatus,
 } from '@berth/crds';
-import type { EndpointStore as ReconcilerStore, PhaseEvent } from '@berth/operator';
-import { ANNOTATION_DISPLAY_NAME, Listeners, type EndpointStore } from '../store.ts';
-import { LOCAL_NAMESPACE, type LocalEndpointRepository } from './repository.ts';
+import { Listeners } from '../core/listeners.ts';
+import type { EndpointStore as ReconcilerStore } from '../core/runtime.ts';
+import type { PhaseEvent } from '../core/types.ts';
 
-export interface LocalEndpointStore extends EndpointStore {
+/** The namespace local endpoints report, so reconcile keys look like Kubernetes ones. */
+export const LOCAL_NAMESPACE = 'local';
+
+/** Where local endpoints are kept (the API's database; Prisma stays in the API's repositories). */
+export interface LocalEndpointRepository {
+  all(): Promise<DedicatedEndpoint[]>;
+  insert(e: DedicatedEndpoint): Promise<void>;
+  setStatus(id: string, status: DedicatedEndpointStatus): Promise<void>;
+  setAnnotations(id: string, annotations: Record<string, string>): Promise<void>;
+  setFinalizers(id: string, finalizers: string[]): Promise<void>;
+  markDeleted(id: string, at: Date): Promise<boolean>;
+  remove(id: string): Promise<void>;
+}
+
+export interface LocalEndpointStore {
+  /** Fills the cache from the repository (before it, the store is empty). */
+  load(): Promise<void>;
+  get(id: string): DedicatedEndpoint | undefined;
+  list(): DedicatedEndpoint[];
+  create(input: {
+    id: string;
+    displayName: string;
+    spec: DedicatedEndpointSpecInput;
+  }): Promise<DedicatedEndpoint>;
+  /** False when it did not exist. */
+  delete(id: string): Promise<boolean>;
+  /** Merges annotations (activity, wake requests); an unknown id rejects with `code: 404`. */
+  annotate(id: string, annotations: Record<string, string>): Promise<void>;
+  /** Called on every change of one endpoint (and with undefined when it is deleted). */
+  watch(id: string, fn: (e: DedicatedEndpoint | undefined) => void): () => void;
   /** The reconciler's view: keys are `local/<id>`. */
   readonly reconciler: ReconcilerStore;
   /** Every reconcile key in the cache. */
   keys(): string[];
+  /** Waits for the writes in progress. */
+  close(): Promise<void>;
 }
 
 export interface LocalStoreOptions {
@@ -32,12 +65,11 @@ export interface LocalStoreOptions {
 export const keyOf = (id: string) => `${LOCAL_NAMESPACE}/${id}`;
 const idOf = (key: string) => key.slice(key.indexOf('/') + 1);
 
-export async function localEndpointStore(
+export function localEndpointStore(
   repo: LocalEndpointRepository,
   opts: LocalStoreOptions,
-): Promise<LocalEndpointStore> {
+): LocalEndpointStore {
   const cache = new Map<string, DedicatedEndpoint>();
-  for (const e of await repo.all()) cache.set(e.metadata.name, e);
   const listeners = new Listeners<DedicatedEndpoint | undefined>();
   // Writes of one endpoint are applied to the database in the order they were made.
   const chains = new Map<string, Promise<unknown>>();
@@ -101,19 +133,14 @@ export async function localEndpointStore(
   };
 
   return {
+    async load() {
+      for (const e of await repo.all()) cache.set(e.metadata.name, e);
+    },
     reconciler,
     keys: () => [...cache.keys()].map(keyOf),
-    ready: () => Promise.resolve(),
     get: (id) => cache.get(id),
     list: () => [...cache.values()],
-    async create({ id, displayName, spec, hubToken }) {
-      if (hubToken) {
-        throw new ApiError('validation_error', {
-          message:
-            'Invalid request body: hubToken: not accepted in local mode, where engines read HF_TOKEN from the API process: set HF_TOKEN and start the API again',
-          param: 'hubToken',
-        });
-      }
+    async create({ id, displayName, spec }) {
       const e: DedicatedEndpoint = {
         apiVersion: API_VERSION,
         kind: KIND,

@@ -2,8 +2,7 @@
 // here), with the API's and the reconciler's views of the same objects.
 import { describe, expect, it } from 'vitest';
 import { ANNOTATION_WAKE_REQUESTED, FINALIZER, type DedicatedEndpoint } from '@berth/crds';
-import type { LocalEndpointRepository } from '../src/endpoints/local/repository.ts';
-import { keyOf, localEndpointStore } from '../src/endpoints/local/store.ts';
+import { keyOf, localEndpointStore, type LocalEndpointRepository } from '../src/local/store.ts';
 
 function memoryRepo(initial: DedicatedEndpoint[] = []) {
   const rows = new Map(initial.map((e) => [e.metadata.name, structuredClone(e)]));
@@ -40,10 +39,11 @@ async function setup(initial: DedicatedEndpoint[] = []) {
   const m = memoryRepo(initial);
   const changes: string[] = [];
   const events: string[] = [];
-  const store = await localEndpointStore(m.repo, {
+  const store = localEndpointStore(m.repo, {
     onChange: (k) => changes.push(k),
     recordEvent: (_ep, ev) => events.push(ev.reason),
   });
+  await store.load();
   return { ...m, store, changes, events };
 }
 

@@ -4,7 +4,7 @@
 // so an endpoint with a request in flight (or held) never looks idle.
 import { ACTIVITY_REFRESH_SECONDS, ANNOTATION_IN_FLIGHT, ANNOTATION_LAST_ACTIVITY } from '@berth/crds';
 import type { Logger } from 'pino';
-import type { EndpointStore } from './store.ts';
+import type { EndpointWrites } from '../endpoints/ports.ts';
 
 export interface Activity {
   /** A request for the endpoint began; call the returned function when it ends. */
@@ -14,7 +14,7 @@ export interface Activity {
 }
 
 export function activityReporter(
-  store: Pick<EndpointStore, 'annotate'>,
+  store: Pick<EndpointWrites, 'annotate'>,
   logger: Logger,
   intervalMs = (ACTIVITY_REFRESH_SECONDS * 1000) / 2,
 ): Activity {

@@ -1,26 +1,8 @@
 // Data access for local-mode endpoints (the only module here that touches Prisma). A row holds what
 // the DedicatedEndpoint resource holds on Kubernetes; rows are turned back into that object.
-import {
-  API_VERSION,
-  DedicatedEndpointSchema,
-  KIND,
-  type DedicatedEndpoint,
-  type DedicatedEndpointStatus,
-} from '@berth/crds';
+import { API_VERSION, DedicatedEndpointSchema, KIND, type DedicatedEndpoint } from '@berth/crds';
 import type { Prisma, PrismaClient } from '@berth/db';
-
-/** The namespace local endpoints report, so reconcile keys look like Kubernetes ones. */
-export const LOCAL_NAMESPACE = 'local';
-
-export interface LocalEndpointRepository {
-  all(): Promise<DedicatedEndpoint[]>;
-  insert(e: DedicatedEndpoint): Promise<void>;
-  setStatus(id: string, status: DedicatedEndpointStatus): Promise<void>;
-  setAnnotations(id: string, annotations: Record<string, string>): Promise<void>;
-  setFinalizers(id: string, finalizers: string[]): Promise<void>;
-  markDeleted(id: string, at: Date): Promise<boolean>;
-  remove(id: string): Promise<void>;
-}
+import { LOCAL_NAMESPACE, type LocalEndpointRepository } from '@berth/operator/local';
 
 type Row = {
   id: string;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { crashLoop, fatalExit, lastLines } from '../src/endpoints/local/classify.ts';
-import { withAddress } from '../src/endpoints/local/processes.ts';
+import { crashLoop, fatalExit, lastLines } from '../src/local/exits.ts';
+import { withAddress } from '../src/local/supervisor.ts';
 
 describe('local engine exits', () => {
   it('CUDA out of memory is OutOfMemory (→ ModelTooLarge), with the output', () => {

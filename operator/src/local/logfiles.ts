@@ -2,12 +2,8 @@
 // supervisor's own lines (started, exited, restarting) and the reconciler's events, in the order
 // they happened. Bounded: past maxBytes the file is moved to `<id>.log.1` (one older file is kept).
 import { appendFileSync, existsSync, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
-import { open, readFile } from 'node:fs/promises';
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import type { Writable } from 'node:stream';
-import type { DedicatedEndpoint } from '@berth/crds';
-import type { EndpointLogs } from '../logs.ts';
-import { statusLines } from '../logs.ts';
 
 export interface LogFiles {
   /** Appends raw output (a child's stdout/stderr chunk). */
@@ -55,38 +51,6 @@ export function logFiles(dir: string, maxBytes: number): LogFiles {
       sizes.delete(id);
       rmSync(file(id), { force: true });
       rmSync(`${file(id)}.1`, { force: true });
-    },
-  };
-}
-
-/** GET /api/endpoints/{id}/logs in local mode: the status, then the endpoint's log file. */
-export function localEndpointLogs(files: LogFiles, pollMs = 250): EndpointLogs {
-  return {
-    async stream(e: DedicatedEndpoint, out: Writable, { follow, signal }) {
-      const write = (s: string | Buffer) => out.writableEnded || out.write(s);
-      for (const l of statusLines(e)) write(l + '\n');
-      const id = e.metadata.name;
-      const older = await readFile(`${files.path(id)}.1`).catch(() => Buffer.alloc(0));
-      const current = await readFile(files.path(id)).catch(() => Buffer.alloc(0));
-      write(Buffer.concat([older, current]));
-      if (!follow) return;
-      // Follow: poll the file's size and send what was appended (from the start after a rotation).
-      let offset = current.length;
-      while (!signal.aborted && !out.writableEnded) {
-        await new Promise((r) => setTimeout(r, pollMs));
-        const size = existsSync(files.path(id)) ? statSync(files.path(id)).size : 0;
-        if (size < offset) offset = 0;
-        if (size === offset) continue;
-        const fh = await open(files.path(id), 'r');
-        try {
-          const buf = Buffer.alloc(size - offset);
-          await fh.read(buf, 0, buf.length, offset);
-          offset = size;
-          write(buf);
-        } finally {
-          await fh.close();
-        }
-      }
     },
   };
 }

@@ -11,14 +11,12 @@ import {
   setHeaderOptions,
 } from '@kubernetes/client-node';
 import { pino } from 'pino';
-import { kubectlOk, loadKubeConfig } from '../../../test/cluster/env.ts';
-import { eventually } from '../../../test/support/eventually.ts';
-import type { OperatorConfig } from '../../src/config.ts';
-import type { OperatorHandle } from '../../src/operator.ts';
-import { startOperator } from '../../src/operator.ts';
+import { startOperator, type OperatorConfig, type OperatorHandle } from '@berth/operator';
+import { kubectlOk, loadKubeConfig } from '../cluster/env.ts';
+import { eventually } from './eventually.ts';
 
 export const CRD_FILE = fileURLToPath(
-  new URL('../../../crds/generated/berth.dev_dedicatedendpoints.yaml', import.meta.url),
+  new URL('../../crds/generated/berth.dev_dedicatedendpoints.yaml', import.meta.url),
 );
 
 /** Install (or update) the generated CRD and wait until the API server serves it. */

@@ -6,10 +6,10 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_CATALOG, DedicatedEndpointSchema, type DedicatedEndpoint } from '@berth/crds';
 import { pino } from 'pino';
-import { eventually } from '../../../test/support/eventually.ts';
-import { engineCommand } from '../src/endpoints/local/index.ts';
-import { logFiles } from '../src/endpoints/local/logfiles.ts';
-import { processDriver, type ProcessDriverOptions } from '../src/endpoints/local/processes.ts';
+import { cliPath } from '@berth/engine-sim';
+import { eventually } from '@berth/test/support/eventually';
+import { processDriver, type ProcessDriverOptions } from '../src/local/driver.ts';
+import { logFiles } from '../src/local/logfiles.ts';
 
 const it4 = DEFAULT_CATALOG.instanceTypes.find((t) => t.id === 'nvidia-l4-24gb')!;
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -31,7 +31,7 @@ function driver(overrides: Partial<ProcessDriverOptions> = {}) {
   const logs = logFiles(path.join(dir, 'logs'), 64 * 1024);
   const changes: string[] = [];
   const d = processDriver({
-    engine: engineCommand('sim'),
+    engine: { command: process.execPath, prefix: [cliPath] },
     extraArgs: ['--ttft-ms', '0', '--itl-ms', '0'],
     runDir: path.join(dir, 'run'),
     logs,

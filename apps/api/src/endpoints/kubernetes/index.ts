@@ -1,0 +1,28 @@
+// The Kubernetes runtime's adapters for the API: the endpoint cache and writes, the pod watch that
+// tells where replicas listen, and the log reader, all in BERTH_NAMESPACE.
+import { KubeConfig } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import type { Backends, EndpointLogs, Endpoints } from '../ports.ts';
+import { k8sEndpoints } from './endpoints.ts';
+import { k8sEndpointLogs } from './logs.ts';
+import { k8sBackends } from './pods.ts';
+
+export function loadKubeConfig(kubeconfig?: string): KubeConfig {
+  const kc = new KubeConfig();
+  if (kubeconfig) kc.loadFromFile(kubeconfig);
+  else kc.loadFromCluster();
+  return kc;
+}
+
+export function kubernetesAdapters(
+  kubeconfig: string | undefined,
+  namespace: string,
+  logger: Logger,
+): { endpoints: Endpoints; backends: Backends; logs: EndpointLogs } {
+  const kc = loadKubeConfig(kubeconfig);
+  return {
+    endpoints: k8sEndpoints(kc, namespace, logger),
+    backends: k8sBackends(kc, namespace, logger),
+    logs: k8sEndpointLogs(kc, namespace),
+  };
+}

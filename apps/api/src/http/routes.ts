@@ -1,0 +1,103 @@
+// A route is written once: its operation (method, path, schemas, responses) becomes both the OpenAPI
+// entry and the Express handler, with the path's parameters, the caller and a validated body typed
+// from the same declaration.
+//
+//   routes.add(
+//     { method: 'post', path: '/api/keys', tag: 'keys', summary: 'Create an API key',
+//       auth: { scopes: ['global'] }, body: createKeyBody, responses: { 201: … } },
+//     async ({ caller, body, res }) => { const { name, scope } = body(); … },
+//   );
+import type { Request, Response, Router } from 'express';
+import type { z } from 'zod';
+import type { KeyService } from '../keys/service.ts';
+import type { ApiDoc, Operation } from '../openapi.ts';
+import type { Scope } from '../repositories/keys.ts';
+import { callerOf, requireKey, type Caller, type KeyCaller, type PublicAccess } from './auth.ts';
+import { parse } from './validate.ts';
+
+/**
+ * Who may call: nobody in particular, the admin token (checked where the admin router is mounted),
+ * or a key with one of `scopes` — and, with `public`, also whoever that hook admits without a key.
+ */
+export type RouteAuth = 'none' | 'admin' | { scopes: readonly Scope[]; public?: PublicAccess };
+
+/** `{id: string}` for `/api/keys/{id}`. */
+export type PathParams<P extends string> = P extends `${string}{${infer Name}}${infer Rest}`
+  ? { [K in Name]: string } & PathParams<Rest>
+  : unknown;
+
+type CallerFor<A extends RouteAuth> = A extends { public: PublicAccess }
+  ? Caller
+  : A extends { scopes: readonly Scope[] }
+    ? KeyCaller
+    : undefined;
+
+export interface RouteSpec<
+  P extends string,
+  B extends z.ZodType | undefined,
+  A extends RouteAuth,
+> extends Omit<Operation, 'path' | 'auth' | 'scopes' | 'body'> {
+  /** The OpenAPI path, with `{param}` segments; the router's mount point included. */
+  path: P;
+  auth: A;
+  /** Validates the JSON body; the handler reads it as `body`. */
+  body?: B;
+}
+
+export interface RouteContext<P extends string, B extends z.ZodType | undefined, A extends RouteAuth> {
+  req: Request;
+  res: Response;
+  params: PathParams<P>;
+  caller: CallerFor<A>;
+  /**
+   * The body, validated against the route's schema (400 `Invalid request body: …` otherwise). A
+   * function, so the handler decides which of its checks come first (authorization before 400).
+   */
+  body(): B extends z.ZodType ? z.infer<B> : undefined;
+}
+
+export class Routes {
+  constructor(
+    private readonly router: Router,
+    private readonly doc: ApiDoc,
+    /** Where the router is mounted: the part of each path Express does not see. */
+    private readonly mount: string,
+    private readonly keys?: KeyService,
+  ) {}
+
+  add<P extends string, A extends RouteAuth, B extends z.ZodType | undefined = undefined>(
+    spec: RouteSpec<P, B, A>,
+    handler: (ctx: RouteContext<P, B, A>) => unknown,
+  ): void {
+    const { path, auth, body: schema, ...operation } = spec;
+    if (!path.startsWith(this.mount)) throw new Error(`route ${path} is outside ${this.mount}`);
+    this.doc.add({
+      ...operation,
+      path,
+      auth: auth === 'none' || auth === 'admin' ? auth : 'key',
+      ...(typeof auth === 'object' ? { scopes: auth.scopes } : {}),
+      ...(schema ? { body: schema } : {}),
+    });
+    const expressPath = path.slice(this.mount.length).replace(/\{(\w+)\}/g, ':$1') || '/';
+    const middleware = [];
+    if (typeof auth === 'object') {
+      if (!this.keys) throw new Error(`route ${path} needs a key service`);
+      middleware.push(requireKey(this.keys, auth.scopes, auth.public ? { public: auth.public } : {}));
+    }
+    // Express 5 passes a returned promise's rejection to the error middleware.
+    this.router[spec.method](expressPath, ...middleware, (req: Request, res: Response) => {
+      let parsed: { value: unknown } | undefined;
+      const ctx = {
+        req,
+        res,
+        params: req.params as PathParams<P>,
+        caller: (typeof auth === 'object' ? callerOf(res) : undefined) as CallerFor<A>,
+        body() {
+          parsed ??= { value: schema ? parse(schema, req.body) : undefined };
+          return parsed.value as ReturnType<RouteContext<P, B, A>['body']>;
+        },
+      };
+      return handler(ctx);
+    });
+  }
+}

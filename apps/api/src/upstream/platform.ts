@@ -1,0 +1,99 @@
+// The upstream of platform-owned dedicated endpoints (the ones our operator runs, on Kubernetes or as
+// local processes): the phase gate, wake and hold (./wake.ts), the activity the operator scales and
+// hibernates on (./activity.ts), and a lease over the endpoint's Ready replicas (./replicas.ts).
+import type { DedicatedEndpoint } from '@berth/crds';
+import type { Logger } from 'pino';
+import type { Backends, Endpoints } from '../endpoints/ports.ts';
+import { activityReporter } from './activity.ts';
+import { leastInFlight, ReplicaTable, type ReplicaLoad, type ReplicaPicker } from './replicas.ts';
+import type { Acquired, Lease, Upstream } from './types.ts';
+import { waker } from './wake.ts';
+
+/** vLLM serves the OpenAI API under /v1. */
+const OPENAI_PATH = '/v1';
+
+export interface PlatformUpstream extends Upstream<DedicatedEndpoint> {
+  /** Signals a wake of a hibernated endpoint (POST /api/endpoints/{id}/wake), once per hibernation. */
+  wake(endpoint: DedicatedEndpoint): Promise<void>;
+  /** Calls this API replica has in flight (or held) for the endpoint. */
+  inFlight(id: string): number;
+  /** Wake annotations this process wrote. */
+  readonly wakesSignalled: number;
+  /** Reports the last activity. */
+  close(): Promise<void>;
+}
+
+export interface PlatformUpstreamOptions {
+  endpoints: Pick<Endpoints, 'get' | 'watch' | 'annotate'>;
+  backends: Backends;
+  logger: Logger;
+  /** Chooses each attempt's replica; default: least in flight. */
+  picker?: ReplicaPicker;
+}
+
+export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
+  const activity = activityReporter(o.endpoints, o.logger);
+  const wakes = waker(o.endpoints, o.backends, o.logger);
+  const table = new ReplicaTable((id) => o.backends.addresses(id), OPENAI_PATH);
+  const pick = o.picker ?? leastInFlight;
+
+  const lease = (id: string, end: () => void): Lease => {
+    let current: ReplicaLoad | undefined;
+    let released = false;
+    return {
+      next() {
+        const set = table.of(id);
+        const previous = current;
+        if (previous) previous.inFlight--;
+        current = set.replicas.length ? pick(set, previous) : undefined;
+        if (current) current.inFlight++;
+        return current?.address;
+      },
+      release() {
+        if (released) return;
+        released = true;
+        if (current) current.inFlight--;
+        current = undefined;
+        end();
+      },
+    };
+  };
+
+  return {
+    async acquire(endpoint, { hold, signal }): Promise<Acquired> {
+      const phase = endpoint.status?.phase ?? 'building';
+      if (phase === 'building') return { ok: false, reason: 'building' };
+      if (phase === 'failed') return { ok: false, reason: 'failed', endpoint };
+      const id = endpoint.metadata.name;
+      // Counted from here: a held call is activity too (the endpoint must not look idle).
+      const end = activity.begin(id);
+      try {
+        if (!o.backends.addresses(id).length) {
+          const current = o.endpoints.get(id) ?? endpoint;
+          if (current.status?.phase === 'hibernated') await wakes.wake(current);
+          if (hold <= 0) {
+            end();
+            return { ok: false, reason: 'waking' };
+          }
+          const outcome = await wakes.waitReady(id, hold, signal);
+          if (outcome !== 'ready') {
+            end();
+            if (outcome === 'failed')
+              return { ok: false, reason: 'failed', endpoint: o.endpoints.get(id) ?? endpoint };
+            return { ok: false, reason: outcome };
+          }
+        }
+      } catch (err) {
+        end();
+        throw err;
+      }
+      return { ok: true, lease: lease(id, end) };
+    },
+    wake: (endpoint) => wakes.wake(endpoint),
+    inFlight: (id) => activity.inFlight(id),
+    get wakesSignalled() {
+      return wakes.wakesSignalled;
+    },
+    close: () => activity.close(),
+  };
+}

@@ -1,0 +1,195 @@
+// The upstream call: the phase gate, wake and hold as typed outcomes, replica choice by least in
+// flight per endpoint, retries moving to another replica, and release counting down exactly once.
+import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
+import { Listeners } from '@berth/operator';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import type { Backends, Endpoints } from '../src/endpoints/ports.ts';
+import { platformUpstream } from '../src/upstream/platform.ts';
+import { leastInFlight, ReplicaTable, type ReplicaLoad } from '../src/upstream/replicas.ts';
+
+const logger = pino({ level: 'silent' });
+
+function endpoint(id: string, phase: Phase, status: Record<string, unknown> = {}): DedicatedEndpoint {
+  return {
+    apiVersion: API_VERSION,
+    kind: KIND,
+    metadata: { name: id, namespace: 'default', annotations: {} },
+    spec: {
+      account: 'a',
+      model: { id: 'org/m', revision: 'main' },
+      hardware: { gpuType: 'g', gpuCount: 1 },
+      authMode: 'Private',
+      scaling: { minReplicas: 0, maxReplicas: 2, idleTimeoutSeconds: 900 },
+    },
+    status: { phase, ...status },
+  };
+}
+
+/** Endpoints and replica addresses the test sets, with watches as the runtimes have them. */
+function world() {
+  const eps = new Map<string, DedicatedEndpoint>();
+  const addrs = new Map<string, readonly string[]>();
+  const epWatch = new Listeners<DedicatedEndpoint | undefined>();
+  const addrWatch = new Listeners<readonly string[]>();
+  const annotations: Record<string, string>[] = [];
+  const endpoints: Pick<Endpoints, 'get' | 'watch' | 'annotate'> = {
+    get: (id) => eps.get(id),
+    watch: (id, fn) => epWatch.add(id, fn),
+    annotate: async (_id, a) => void annotations.push(a),
+  };
+  const backends: Backends = {
+    ready: async () => {},
+    addresses: (id) => addrs.get(id) ?? [],
+    watch: (id, fn) => addrWatch.add(id, fn),
+    close: async () => {},
+  };
+  return {
+    endpoints,
+    backends,
+    annotations,
+    set(e: DedicatedEndpoint | undefined, id = e?.metadata.name ?? '') {
+      if (e) eps.set(id, e);
+      else eps.delete(id);
+      epWatch.emit(id, e);
+    },
+    ready(id: string, list: string[]) {
+      addrs.set(id, list);
+      addrWatch.emit(id, list);
+    },
+  };
+}
+
+const signal = () => new AbortController().signal;
+
+describe('platformUpstream.acquire', () => {
+  it('refuses a building or failed endpoint without counting it', async () => {
+    const w = world();
+    const up = platformUpstream({ ...w, logger });
+    expect(await up.acquire(endpoint('endpt-a', 'building'), { hold: 1000, signal: signal() })).toEqual({
+      ok: false,
+      reason: 'building',
+    });
+    const failed = endpoint('endpt-a', 'failed', { reason: 'CrashLoop' });
+    expect(await up.acquire(failed, { hold: 1000, signal: signal() })).toEqual({
+      ok: false,
+      reason: 'failed',
+      endpoint: failed,
+    });
+    expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+
+  it('wakes a hibernated endpoint once and answers `waking` at once with no hold', async () => {
+    const w = world();
+    const e = endpoint('endpt-a', 'hibernated', { hibernatedAt: new Date().toISOString() });
+    w.set(e);
+    const up = platformUpstream({ ...w, logger });
+    expect(await up.acquire(e, { hold: 0, signal: signal() })).toEqual({ ok: false, reason: 'waking' });
+    expect(await up.acquire(e, { hold: 0, signal: signal() })).toEqual({ ok: false, reason: 'waking' });
+    expect(up.wakesSignalled).toBe(1);
+    expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+
+  it('holds until a replica is ready, and counts the held call as in flight until release', async () => {
+    const w = world();
+    const e = endpoint('endpt-a', 'waking');
+    w.set(e);
+    const up = platformUpstream({ ...w, logger });
+    const pending = up.acquire(e, { hold: 5000, signal: signal() });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(up.inFlight('endpt-a')).toBe(1);
+    w.ready('endpt-a', ['http://10.0.0.1:8000']);
+    const got = await pending;
+    if (!got.ok) throw new Error(got.reason);
+    expect(got.lease.next()).toBe('http://10.0.0.1:8000/v1');
+    got.lease.release();
+    got.lease.release();
+    expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+
+  it('ends a hold with timeout, failed (the endpoint as last seen), deleted or aborted', async () => {
+    const w = world();
+    const e = endpoint('endpt-a', 'waking');
+    w.set(e);
+    const up = platformUpstream({ ...w, logger });
+    expect(await up.acquire(e, { hold: 30, signal: signal() })).toEqual({ ok: false, reason: 'timeout' });
+
+    const failing = up.acquire(e, { hold: 5000, signal: signal() });
+    const failed = endpoint('endpt-a', 'failed', { reason: 'WakeTimeout' });
+    setTimeout(() => w.set(failed), 20);
+    expect(await failing).toEqual({ ok: false, reason: 'failed', endpoint: failed });
+
+    w.set(e);
+    const deleting = up.acquire(e, { hold: 5000, signal: signal() });
+    setTimeout(() => w.set(undefined, 'endpt-a'), 20);
+    expect(await deleting).toEqual({ ok: false, reason: 'deleted' });
+
+    w.set(e);
+    const controller = new AbortController();
+    const aborting = up.acquire(e, { hold: 5000, signal: controller.signal });
+    setTimeout(() => controller.abort(), 20);
+    expect(await aborting).toEqual({ ok: false, reason: 'aborted' });
+    expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+
+  it('spreads calls over the replicas by least in flight, per endpoint, and retries on another one', async () => {
+    const w = world();
+    const a = endpoint('endpt-a', 'up');
+    const b = endpoint('endpt-b', 'up');
+    w.set(a);
+    w.set(b);
+    w.ready('endpt-a', ['http://r1:8000', 'http://r2:8000']);
+    w.ready('endpt-b', ['http://r3:8000']);
+    const up = platformUpstream({ ...w, logger });
+    const lease = async (e: DedicatedEndpoint) => {
+      const got = await up.acquire(e, { hold: 0, signal: signal() });
+      if (!got.ok) throw new Error(got.reason);
+      return got.lease;
+    };
+    // Three long calls on endpoint a: 2 on one replica, 1 on the other; calls to b do not disturb a.
+    const held = [await lease(a), await lease(a), await lease(a)];
+    const first = held.map((l) => l.next());
+    expect(first).toEqual(['http://r1:8000/v1', 'http://r2:8000/v1', 'http://r1:8000/v1']);
+    expect((await lease(b)).next()).toBe('http://r3:8000/v1');
+    // The next call on a goes to the replica with fewer in flight.
+    const next = await lease(a);
+    expect(next.next()).toBe('http://r2:8000/v1');
+    // A retry moves to the other replica.
+    expect(next.next()).toBe('http://r1:8000/v1');
+    for (const l of [...held, next]) l.release();
+    expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+});
+
+describe('leastInFlight over a ReplicaTable', () => {
+  it('takes turns among idle replicas, and keeps counts when the address list changes', () => {
+    let list: readonly string[] = ['http://r1', 'http://r2'];
+    const table = new ReplicaTable(() => list, '/v1');
+    const set = table.of('e');
+    const picks = Array.from({ length: 4 }, () => leastInFlight(set, undefined).address);
+    expect(picks).toEqual(['http://r1/v1', 'http://r2/v1', 'http://r1/v1', 'http://r2/v1']);
+    set.replicas[0]!.inFlight = 3;
+    list = ['http://r1', 'http://r2', 'http://r3'];
+    const grown = table.of('e');
+    expect(grown.replicas.map((r: ReplicaLoad) => [r.address, r.inFlight])).toEqual([
+      ['http://r1/v1', 3],
+      ['http://r2/v1', 0],
+      ['http://r3/v1', 0],
+    ]);
+    expect(table.of('e')).toBe(grown);
+    expect(leastInFlight(grown, grown.replicas[1]).address).toBe('http://r3/v1');
+    list = [];
+    expect(table.of('e').replicas).toEqual([]);
+  });
+
+  it('gives the only replica even to a retry that failed on it', () => {
+    const table = new ReplicaTable(() => ['http://r1'], '/v1');
+    const set = table.of('e');
+    expect(leastInFlight(set, set.replicas[0]).address).toBe('http://r1/v1');
+  });
+});

@@ -1,0 +1,25 @@
+import type { DedicatedEndpoint } from '@berth/crds';
+import { ENGINE_PORT } from '@berth/crds';
+
+/**
+ * The `vllm serve` command line of an endpoint, as every runtime starts it: the engine container on
+ * Kubernetes, a child process in local mode (which replaces `--host`/`--port` with its own).
+ */
+export function engineArgs(ep: DedicatedEndpoint): string[] {
+  const { model, hardware, engine } = ep.spec;
+  const args = [
+    model.id,
+    '--served-model-name',
+    model.id,
+    '--host',
+    '0.0.0.0',
+    '--port',
+    String(ENGINE_PORT),
+    '--tensor-parallel-size',
+    String(hardware.gpuCount),
+    '--revision',
+    model.revision,
+  ];
+  if (model.maxModelLen !== undefined) args.push('--max-model-len', String(model.maxModelLen));
+  return [...args, ...(engine?.args ?? [])];
+}
