@@ -20,6 +20,8 @@ import type { EndpointRuntime } from './endpoints/index.ts';
 import type { RateLimiter } from './proxy/ratelimit.ts';
 import type { UsageRecorder } from './proxy/usage.ts';
 import { ApiError } from './errors.ts';
+import type { Billing } from './billing/index.ts';
+import { registerBillingAdminRoutes, registerBillingRoutes } from './routes/billing.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -40,6 +42,8 @@ export interface AppDeps {
   catalog?: Catalog;
   /** Dedicated endpoints: absent when no runtime is configured (the routes then answer 503). */
   endpoints?: { runtime: EndpointRuntime; usage: UsageRecorder; limiter: RateLimiter };
+  /** Balances, the ledger, GPU invoices: absent in tests that do not need them (no routes then). */
+  billing?: Billing;
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -64,11 +68,13 @@ export function createApp(deps: AppDeps): express.Express {
   const admin = express.Router();
   admin.use(requireAdmin(deps.adminToken), ...jsonBody(deps.config.MAX_BODY_BYTES));
   registerAdminRoutes(admin, doc, deps);
+  if (deps.billing) registerBillingAdminRoutes(admin, doc, { billing: deps.billing });
   app.use('/admin', admin);
 
   const api = express.Router();
   api.use(...jsonBody(deps.config.MAX_BODY_BYTES));
   registerKeyRoutes(api, doc, deps);
+  if (deps.billing) registerBillingRoutes(api, doc, { keys: deps.keys, billing: deps.billing });
   registerModelRoutes(api, doc, {
     keys: deps.keys,
     models: deps.config.BERTH_MODELS,

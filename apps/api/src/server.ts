@@ -19,6 +19,7 @@ import { kubernetesRuntime, localRuntime, type EndpointRuntime } from './endpoin
 import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
 import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
 import type { Lifecycle } from './routes/health.ts';
+import { startBilling, type Billing } from './billing/index.ts';
 
 export interface RunningApi {
   url: string;
@@ -29,6 +30,8 @@ export interface RunningApi {
   /** The dedicated-endpoint runtime, when one is configured. */
   runtime?: EndpointRuntime;
   usage?: UsageRecorder;
+  /** Prepaid balances (the wallet is the hot path of paid calls), GPU metering, the job queue. */
+  billing: Billing;
   /** Stops accepting, lets requests in flight finish (up to SHUTDOWN_GRACE_MS), closes the database. */
   close(): Promise<void>;
 }
@@ -52,6 +55,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let runtime: EndpointRuntime | undefined;
   let usage: UsageRecorder | undefined;
   let limiter: RateLimiter | undefined;
+  let billing: Billing | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const inCluster =
@@ -83,6 +87,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })
       : localRevocationBus();
     const metrics = createMetrics();
+    billing = await startBilling({ config, db, catalog, logger, registry: metrics.registry });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -104,6 +109,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       lifecycle,
       catalog,
       endpoints: runtime && usage && limiter ? { runtime, usage, limiter } : undefined,
+      billing,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -125,6 +131,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const rt = runtime;
     const u = usage;
     const l = limiter;
+    const bill = billing;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -134,6 +141,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       logger,
       runtime: rt,
       usage: u,
+      billing: bill,
       close: () =>
         (closing ??= (async () => {
           lifecycle.shuttingDown = true;
@@ -145,6 +153,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           await rt?.close();
           await u?.close();
           await l?.close();
+          await bill.close();
           await k.close();
           await b.close();
           await db.close();
@@ -156,6 +165,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     await runtime?.close();
     await usage?.close();
     await limiter?.close();
+    await billing?.close();
     await keys?.close();
     await bus?.close();
     await db.close();
