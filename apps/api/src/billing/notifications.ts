@@ -8,8 +8,8 @@
 // On the embedded database the same NOTIFY is delivered in process by PGlite.
 import { EventEmitter } from 'node:events';
 import type { PGlite } from '@electric-sql/pglite';
-import pg from 'pg';
 import type { Logger } from 'pino';
+import { pgListener } from '../pg-listener.ts';
 import { BILLING_CHANNEL } from './repository.ts';
 
 export interface BillingMessage {
@@ -42,62 +42,33 @@ function decode(payload: string | undefined, logger: Logger): BillingMessage | u
   return undefined;
 }
 
-/** One LISTEN connection per process, reconnected with back-off; a drop is reported as a reset. */
+/** One LISTEN connection per process (see pg-listener.ts); a drop is reported as a reset. */
 export async function postgresBillingEvents(options: {
   url: string;
   logger: Logger;
 }): Promise<BillingEvents> {
   const events = new EventEmitter();
-  let client: pg.Client | undefined;
-  let closed = false;
-  let backoff = 250;
-  let retry: NodeJS.Timeout | undefined;
-
-  const connect = async () => {
-    const c = new pg.Client({ connectionString: options.url, application_name: 'berth-billing' });
-    c.on('error', () => lost(c));
-    c.on('end', () => lost(c));
-    c.on('notification', (n) => {
+  const listener = await pgListener({
+    url: options.url,
+    applicationName: 'berth-billing',
+    channels: [BILLING_CHANNEL],
+    onNotification(n) {
       const m = decode(n.payload, options.logger);
       if (m) events.emit('message', m);
-    });
-    await c.connect();
-    await c.query(`LISTEN ${BILLING_CHANNEL}`);
-    client = c;
-    backoff = 250;
-  };
-  const lost = (c: pg.Client) => {
-    if (client !== c) return;
-    client = undefined;
-    events.emit('reset');
-    c.end().catch(() => {});
-    if (closed) return;
-    options.logger.warn('billing notification listener lost its connection; reconnecting');
-    schedule();
-  };
-  const schedule = () => {
-    retry = setTimeout(() => {
-      connect()
-        .then(() => events.emit('reset'))
-        .catch(() => {
-          backoff = Math.min(backoff * 2, 10_000);
-          if (!closed) schedule();
-        });
-    }, backoff);
-    retry.unref();
-  };
-
-  await connect();
+    },
+    onLost() {
+      events.emit('reset');
+      options.logger.warn('billing notification listener lost its connection; reconnecting');
+    },
+    // Announcements may have been missed while it was down.
+    onReconnected: () => events.emit('reset'),
+  });
   return {
     onMessage: (fn) => void events.on('message', fn),
     onReset: (fn) => void events.on('reset', fn),
     async close() {
-      closed = true;
-      clearTimeout(retry);
-      const c = client;
-      client = undefined;
       events.removeAllListeners();
-      await c?.end().catch(() => {});
+      await listener.close();
     },
   };
 }
