@@ -9,12 +9,11 @@
 // are measured and the steady state is their difference, divided by the difference in reservations.
 import { randomBytes } from 'node:crypto';
 import { openDatabase, openMigratedDatabase } from '@berth/db';
-import pg from 'pg';
 import { pino } from 'pino';
 import { postgresBillingEvents } from '../../apps/api/src/billing/notifications.ts';
 import { billingRepository } from '../../apps/api/src/billing/repository.ts';
 import { createWallet, type Wallet } from '../../apps/api/src/billing/wallet.ts';
-import { createTestDatabase, type TestDatabase } from '../support/postgres.ts';
+import { createTestDatabase, sql, transactionCount, type TestDatabase } from '../support/postgres.ts';
 import { machine } from './stats.ts';
 
 const RATE = Number(process.env.BENCH_BILLING_RATE ?? 500); // reservations per second, in all
@@ -24,31 +23,6 @@ const BOUND = 2_000n; // µ$ reserved per call
 const logger = pino({ level: 'silent' });
 
 const CONFIG = { flushIntervalMs: 1_000, leaseTtlMs: 30_000, freeQueries: 0, reclaimWaitMs: 500 };
-
-async function xacts(url: string): Promise<number> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    await new Promise((r) => setTimeout(r, 1500));
-    await c.query('SELECT pg_stat_clear_snapshot()');
-    const { rows } = await c.query(
-      'SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()',
-    );
-    return Number(rows[0].n);
-  } finally {
-    await c.end();
-  }
-}
-
-async function sql(url: string, text: string, values: unknown[] = []) {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    return await c.query(text, values);
-  } finally {
-    await c.end();
-  }
-}
 
 interface Replica {
   wallet: Wallet;
@@ -116,12 +90,12 @@ async function traffic(replicas: Replica[], accounts: string[], seconds: number)
 }
 
 async function run(db: TestDatabase, replicaCount: number, accounts: string[], seconds: number) {
-  const before = await xacts(db.url);
+  const before = await transactionCount(db.url);
   const replicas = [];
   for (let i = 0; i < replicaCount; i++) replicas.push(await replica(db.url));
   const t = await traffic(replicas, accounts, seconds);
   for (const r of replicas) await r.close();
-  const after = await xacts(db.url);
+  const after = await transactionCount(db.url);
   const readCost = 1; // the counter's own read (one transaction)
   return { ...t, xacts: after - before - readCost };
 }

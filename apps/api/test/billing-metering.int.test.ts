@@ -2,13 +2,13 @@
 // API, weekly invoices split at the boundary, issued once, immutable.
 import { DEFAULT_CATALOG, type Catalog } from '@berth/crds';
 import { openDatabase, openMigratedDatabase, type Database } from '@berth/db';
-import pg from 'pg';
+import type pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { meteringRepository } from '../src/billing/metering-repository.ts';
 import { gpuBilling, type GpuBilling } from '../src/billing/metering.ts';
 import { newId } from '../src/keys/format.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+import { createTestDatabase, type TestDatabase, sql } from '../../../test/support/postgres.ts';
 
 const logger = pino({ level: 'silent' });
 const HOUR = 3_600_000;
@@ -30,15 +30,8 @@ afterAll(async () => {
   await tdb?.drop();
 });
 
-async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  const c = new pg.Client({ connectionString: tdb.url });
-  await c.connect();
-  try {
-    return (await c.query<T>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
+const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>
+  sql<T>(tdb.url, text, values);
 
 /** An API process's metering: its own connections and a clock the test moves. */
 async function api(

@@ -1,10 +1,11 @@
 // /api/billing/* and the admin billing routes, through the real API on real PostgreSQL: happy
 // paths, bad input that changes nothing, and who may see what.
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorBody, ApiError, familyOf } from '../src/errors.ts';
 import { bearer, startTestApi, type TestApi } from '../../../test/support/api.ts';
+import { sql } from '../../../test/support/postgres.ts';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -12,15 +13,8 @@ beforeAll(async () => {
 });
 afterAll(async () => api?.stop());
 
-async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  const c = new pg.Client({ connectionString: api.db.url });
-  await c.connect();
-  try {
-    return (await c.query<T>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
+const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>
+  sql<T>(api.db.url, text, values);
 
 const credit = (accountId: string, body: unknown, key: string | null = randomUUID()) =>
   api.admin(`/admin/accounts/${accountId}/credits`, {

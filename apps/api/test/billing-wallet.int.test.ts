@@ -6,14 +6,14 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { openDatabase, openMigratedDatabase, type Database } from '@berth/db';
-import pg from 'pg';
+import type pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callCost, parsePricing } from '../src/billing/money.ts';
 import { postgresBillingEvents, type BillingEvents } from '../src/billing/notifications.ts';
 import { billingRepository, type BillingRepository } from '../src/billing/repository.ts';
 import { createWallet, type Wallet, type WalletConfig } from '../src/billing/wallet.ts';
-import { createTestDatabase, type TestDatabase } from '../../../test/support/postgres.ts';
+import { createTestDatabase, type TestDatabase, sql } from '../../../test/support/postgres.ts';
 import { eventually } from '../../../test/support/eventually.ts';
 import { runSpenders, TEST_WALLET_CONFIG, type SpendResult } from '../../../test/support/billing-spender.ts';
 
@@ -36,15 +36,8 @@ afterAll(async () => {
   await tdb?.drop();
 });
 
-async function query<T extends pg.QueryResultRow>(text: string, values: unknown[] = []): Promise<T[]> {
-  const c = new pg.Client({ connectionString: tdb.url });
-  await c.connect();
-  try {
-    return (await c.query<T>(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
+const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>
+  sql<T>(tdb.url, text, values);
 
 async function newAccount(credit?: bigint): Promise<string> {
   const id = `acct_${randomBytes(8).toString('hex')}`;
