@@ -85,51 +85,38 @@ export function meterStep(current: MeterState | null, obs: Observation, floor: D
     current && current.replicas === obs.replicas && (obs.replicas === 0 || sameShape(current, shape));
   if (unchanged) return { next: { ...current, lastObservedAt: at } };
 
-  const step: MeterStep = {
-    next: {
-      ...shape,
-      replicas: obs.replicas,
-      openedAt: obs.replicas > 0 ? change : null,
-      lastObservedAt: at,
-      terminatedAt: null,
-    },
+  const next: MeterState = {
+    ...shape,
+    replicas: obs.replicas,
+    openedAt: obs.replicas > 0 ? change : null,
+    lastObservedAt: at,
+    terminatedAt: null,
   };
-  if (current?.openedAt && current.replicas > 0 && change > current.openedAt) {
-    step.close = {
-      ...shapeOf(current),
-      replicas: current.replicas,
-      startedAt: current.openedAt,
-      endedAt: change,
-    };
-  }
-  return step;
+  const close = current ? closeAt(current, change) : undefined;
+  return close ? { close, next } : { next };
 }
 
 /** Termination closes the open interval at `at` (kept after the last observation) for good. */
 export function terminateStep(current: MeterState | null, at: Date, floor: Date | null): MeterStep {
   if (!current || current.terminatedAt) return { next: null };
   const end = later(later(at, current.lastObservedAt), floor);
-  const step: MeterStep = {
-    next: { ...current, replicas: 0, openedAt: null, lastObservedAt: end, terminatedAt: end },
-  };
-  if (current.openedAt && current.replicas > 0 && end > current.openedAt) {
-    step.close = {
-      ...shapeOf(current),
-      replicas: current.replicas,
-      startedAt: current.openedAt,
-      endedAt: end,
-    };
-  }
-  return step;
+  const next = { ...current, replicas: 0, openedAt: null, lastObservedAt: end, terminatedAt: end };
+  const close = closeAt(current, end);
+  return close ? { close, next } : { next };
 }
 
-function shapeOf(m: GpuShape): GpuShape {
+/** The meter's open interval closed at `end`; nothing if nothing runs or it would be empty. */
+export function closeAt(m: MeterState, end: Date): ClosedInterval | undefined {
+  if (!m.openedAt || m.replicas <= 0 || end <= m.openedAt) return undefined;
   return {
     accountId: m.accountId,
     instanceType: m.instanceType,
     gpuType: m.gpuType,
     gpusPerReplica: m.gpusPerReplica,
     ratePerGpuHour: m.ratePerGpuHour,
+    replicas: m.replicas,
+    startedAt: m.openedAt,
+    endedAt: end,
   };
 }
 

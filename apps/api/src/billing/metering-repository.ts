@@ -4,6 +4,7 @@
 // so an observation can never slip into a week while it is being invoiced.
 import type { Prisma, PrismaClient } from '@berth/db';
 import {
+  closeAt,
   invoiceLines,
   meterStep,
   terminateStep,
@@ -51,29 +52,17 @@ export interface MeteringRepository {
 
 const TX_OPTIONS = { maxWait: 10_000, timeout: 60_000 };
 
-const meterColumns = {
+/** What ran, as both meters and intervals hold it. */
+const shapeColumns = {
   accountId: true,
   instanceType: true,
   gpuType: true,
   gpusPerReplica: true,
-  replicas: true,
   ratePerGpuHour: true,
-  openedAt: true,
-  lastObservedAt: true,
-  terminatedAt: true,
-} as const;
-
-const intervalColumns = {
-  endpointId: true,
-  accountId: true,
-  instanceType: true,
-  gpuType: true,
-  gpusPerReplica: true,
   replicas: true,
-  ratePerGpuHour: true,
-  startedAt: true,
-  endedAt: true,
 } as const;
+const meterColumns = { ...shapeColumns, openedAt: true, lastObservedAt: true, terminatedAt: true } as const;
+const intervalColumns = { endpointId: true, ...shapeColumns, startedAt: true, endedAt: true } as const;
 
 const invoiceColumns = {
   id: true,
@@ -162,17 +151,10 @@ export function meteringRepository(prisma: PrismaClient): MeteringRepository {
       });
       return [
         ...closed,
-        ...open.map((m) => ({
-          endpointId: m.endpointId,
-          accountId: m.accountId,
-          instanceType: m.instanceType,
-          gpuType: m.gpuType,
-          gpusPerReplica: m.gpusPerReplica,
-          replicas: m.replicas,
-          ratePerGpuHour: m.ratePerGpuHour,
-          startedAt: m.openedAt!,
-          endedAt: to,
-        })),
+        ...open.flatMap((m) => {
+          const i = closeAt(m, to);
+          return i ? [{ endpointId: m.endpointId, ...i }] : [];
+        }),
       ];
     },
 
@@ -196,11 +178,9 @@ export function meteringRepository(prisma: PrismaClient): MeteringRepository {
             SELECT endpoint_id FROM gpu_meters WHERE replicas > 0 AND opened_at < ${end} FOR UPDATE`;
           for (const { endpoint_id: endpointId } of open) {
             const m = (await tx.gpuMeter.findUnique({ where: { endpointId }, select: meterColumns }))!;
-            const { replicas, openedAt, lastObservedAt: _l, terminatedAt: _t, ...shape } = m;
-            await tx.gpuInterval.createMany({
-              data: [{ endpointId, ...shape, replicas, startedAt: openedAt!, endedAt: end }],
-              skipDuplicates: true,
-            });
+            const cut = closeAt(m, end);
+            if (cut)
+              await tx.gpuInterval.createMany({ data: [{ endpointId, ...cut }], skipDuplicates: true });
             await tx.gpuMeter.update({ where: { endpointId }, data: { openedAt: end } });
           }
           const rows = await tx.gpuInterval.findMany({
