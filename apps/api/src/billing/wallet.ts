@@ -224,8 +224,8 @@ export function createWallet(deps: WalletDeps): Wallet {
           }
           s.unbatched += charged;
           s.spentSinceFlush += charged;
+          s.calls++; // paid calls: the count in the charge entry's reference
         }
-        s.calls++;
         addUsage(s, usage, charged, free);
         s.lastActivity = monotonic();
         return charged;
