@@ -276,7 +276,14 @@ describe('admin views and reconciliation', () => {
     expect(ok.accounts).toBeGreaterThan(0);
     const acct = await api.newAccount();
     await credit(acct.id, { amount: '1' });
-    // Tamper with the balance behind the ledger's back (the ledger itself refuses changes).
+    // The ledger itself refuses changes…
+    for (const change of [
+      'UPDATE ledger_entries SET amount = amount + 1 WHERE account_id = $1',
+      'DELETE FROM ledger_entries WHERE account_id = $1',
+    ])
+      await expect(query(change, [acct.id]), change).rejects.toThrow(/ledger_entries is append-only/);
+    await expect(query('TRUNCATE ledger_entries')).rejects.toThrow(/append-only/);
+    // …so tamper with the balance behind its back.
     await query('UPDATE billing_accounts SET balance = balance + 1 WHERE account_id = $1', [acct.id]);
     const bad = await (await api.admin('/admin/billing/reconciliation')).json();
     expect(bad.ok).toBe(false);
@@ -495,6 +502,30 @@ describe('who may see billing', () => {
     expect(res.status).toBe(401);
     expect(await snapshot(acct.id)).toEqual({ entries: 0, balance: null });
     expect((await fetch(`${api.url}/admin/billing/reconciliation`)).status).toBe(401);
+  });
+});
+
+describe('the OpenAPI document', () => {
+  it('describes every billing route', async () => {
+    const doc = await (await fetch(api.url + '/openapi.json')).json();
+    for (const [path, method] of [
+      ['/api/billing/balance', 'get'],
+      ['/api/billing/ledger', 'get'],
+      ['/api/billing/usage', 'get'],
+      ['/api/billing/invoices', 'get'],
+      ['/api/billing/invoices/{id}', 'get'],
+      ['/admin/accounts/{id}/credits', 'post'],
+      ['/admin/accounts/{id}/adjustments', 'post'],
+      ['/admin/accounts/{id}/billing/ledger', 'get'],
+      ['/admin/billing/reconciliation', 'get'],
+    ] as const)
+      expect(doc.paths[path]?.[method], `${method} ${path}`).toBeDefined();
+    expect(
+      doc.paths['/admin/accounts/{id}/credits'].post.requestBody.content['application/json'].schema,
+    ).toMatchObject({
+      properties: { amount: { type: 'string' } },
+      required: ['amount'],
+    });
   });
 });
 
