@@ -5,6 +5,12 @@ import { LABEL_GPU_TYPE } from './constants.ts';
 
 const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
 
+/**
+ * A non-negative decimal amount of money as users write it ("2.50", "0.000125"): at most 12 integer
+ * digits and 6 decimals (micro-units). The API's billing/money.ts parses it into integer units.
+ */
+export const DECIMAL_AMOUNT = /^(\d{1,12})(?:\.(\d{1,6}))?$/;
+
 export const InstanceTypeSchema = z
   .object({
     id: z
@@ -31,6 +37,13 @@ export const InstanceTypeSchema = z
       .optional()
       .describe(`Node labels; defaults to { "${LABEL_GPU_TYPE}": <id> }`),
     available: z.boolean().default(true).describe('Offered for new endpoints'),
+    pricePerGpuHour: z
+      .string()
+      .regex(DECIMAL_AMOUNT, 'pricePerGpuHour must be a decimal string with at most 6 decimals, e.g. "2.50"')
+      .optional()
+      .describe(
+        'Price of one GPU for one hour in the billing currency: dedicated GPU time is invoiced at it (unset: 0)',
+      ),
   })
   .transform((t) => ({
     ...t,
@@ -57,9 +70,28 @@ export type Catalog = z.output<typeof CatalogSchema>;
 
 export const DEFAULT_CATALOG: Catalog = CatalogSchema.parse({
   instanceTypes: [
-    { id: 'nvidia-h100-80gb', gpuType: 'NVIDIA H100 80GB', gpuMemoryGiB: 80, allowedGpuCounts: [1, 2, 4, 8] },
-    { id: 'nvidia-a100-80gb', gpuType: 'NVIDIA A100 80GB', gpuMemoryGiB: 80, allowedGpuCounts: [1, 2, 4, 8] },
-    { id: 'nvidia-l4-24gb', gpuType: 'NVIDIA L4 24GB', gpuMemoryGiB: 24, allowedGpuCounts: [1, 2, 4] },
+    // Prices are examples to replace with your own (BERTH_CATALOG_FILE).
+    {
+      id: 'nvidia-h100-80gb',
+      gpuType: 'NVIDIA H100 80GB',
+      gpuMemoryGiB: 80,
+      allowedGpuCounts: [1, 2, 4, 8],
+      pricePerGpuHour: '2.50',
+    },
+    {
+      id: 'nvidia-a100-80gb',
+      gpuType: 'NVIDIA A100 80GB',
+      gpuMemoryGiB: 80,
+      allowedGpuCounts: [1, 2, 4, 8],
+      pricePerGpuHour: '1.60',
+    },
+    {
+      id: 'nvidia-l4-24gb',
+      gpuType: 'NVIDIA L4 24GB',
+      gpuMemoryGiB: 24,
+      allowedGpuCounts: [1, 2, 4],
+      pricePerGpuHour: '0.80',
+    },
   ],
 });
 

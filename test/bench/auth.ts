@@ -5,26 +5,11 @@
 import { Agent, request } from 'undici';
 import pg from 'pg';
 import { startTestApi } from '../support/api.ts';
+import { transactionCount as xactCount } from '../support/postgres.ts';
 import { machine, ms, summarize } from './stats.ts';
 
 const N = Number(process.env.BENCH_AUTH_REQUESTS ?? 20_000);
 const BATCH = 500;
-
-async function xactCount(url: string): Promise<number> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    // Backends publish their counters at most once a second, and at exit; wait for it.
-    await new Promise((r) => setTimeout(r, 1500));
-    await c.query('SELECT pg_stat_clear_snapshot()');
-    const { rows } = await c.query(
-      'SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()',
-    );
-    return Number(rows[0].n);
-  } finally {
-    await c.end();
-  }
-}
 
 export async function benchAuth(): Promise<string> {
   const api = await startTestApi({ KEY_TOUCH_INTERVAL_MS: String(3_600_000) });

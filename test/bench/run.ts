@@ -1,10 +1,12 @@
 // `npm run bench [name...]`: runs the named benchmarks (default: all) and prints Markdown for
 // BENCHMARKS.md. Every figure is measured in the same run as its baseline.
 import { benchAuth } from './auth.ts';
+import { benchBilling } from './billing.ts';
 import { benchProxy } from './proxy.ts';
 
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
+  billing: benchBilling,
   proxy: () => benchProxy(),
   'proxy-latency': () => benchProxy(['latency']),
   'proxy-cpu': () => benchProxy(['cpu']),

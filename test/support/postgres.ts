@@ -86,3 +86,38 @@ export async function createTestDatabase(label = 'test'): Promise<TestDatabase> 
     },
   };
 }
+
+/** One query on its own connection (tests and benchmarks reading what the code under test wrote). */
+export async function sql<T extends pg.QueryResultRow = Record<string, unknown>>(
+  url: string,
+  text: string,
+  values: unknown[] = [],
+): Promise<T[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query<T>(text, values)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * Transactions committed or rolled back in the database so far, from PostgreSQL's own statistics.
+ * Backends publish their counters at most once a second, and at exit: this waits for the first.
+ * The read itself costs one transaction.
+ */
+export async function transactionCount(url: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await new Promise((r) => setTimeout(r, 1500));
+    await c.query('SELECT pg_stat_clear_snapshot()');
+    const { rows } = await c.query<{ n: string }>(
+      'SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = current_database()',
+    );
+    return Number(rows[0]!.n);
+  } finally {
+    await c.end();
+  }
+}

@@ -23,6 +23,8 @@ import type { RateLimiter } from './proxy/ratelimit.ts';
 import type { UsageRecorder } from './proxy/usage.ts';
 import type { PlatformUpstream } from './upstream/platform.ts';
 import { ApiError } from './errors.ts';
+import type { Billing } from './billing/index.ts';
+import { registerBillingAdminRoutes, registerBillingRoutes } from './routes/billing.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -50,6 +52,8 @@ export interface AppDeps {
     usage: UsageRecorder;
     limiter: RateLimiter;
   };
+  /** Balances, the ledger, GPU invoices: absent in tests that do not need them (no routes then). */
+  billing?: Billing;
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -88,13 +92,16 @@ export function createApp(deps: AppDeps): express.Express {
 
   const admin = express.Router();
   admin.use(requireAdmin(deps.adminToken), ...jsonBody(deps.config.MAX_BODY_BYTES));
-  registerAdminRoutes(new Routes(admin, doc, '/admin'), deps);
+  const adminRoutes = new Routes(admin, doc, '/admin');
+  registerAdminRoutes(adminRoutes, deps);
+  if (deps.billing) registerBillingAdminRoutes(adminRoutes, { billing: deps.billing });
   app.use('/admin', admin);
 
   const api = express.Router();
   api.use(...jsonBody(deps.config.MAX_BODY_BYTES));
   const routes = new Routes(api, doc, '/api', deps.keys);
   registerKeyRoutes(routes, deps);
+  if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   registerModelRoutes(routes, { models: deps.config.BERTH_MODELS, created: Math.floor(Date.now() / 1000) });
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;

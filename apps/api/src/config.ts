@@ -143,8 +143,44 @@ export const configSchema = z
     BERTH_LOCAL_STOP_GRACE_MS: positiveInt('milliseconds')
       .default(30_000)
       .describe('Local mode: how long a stopping engine may drain after SIGTERM before it is killed'),
+    // ── Billing (apps/api/src/billing) ──
+    BERTH_CURRENCY: z
+      .string()
+      .regex(/^[A-Z]{3}$/, 'must be a three-letter currency code such as USD')
+      .default('USD')
+      .describe('The one currency of balances, prices and invoices (a label: amounts are never converted)'),
+    BERTH_FREE_QUERIES: z.coerce
+      .number({ error: 'must be a number (queries)' })
+      .int('must be a whole number')
+      .min(0, 'must be 0 or more')
+      .default(20)
+      .describe('Free Elastic queries of an account that was never credited'),
+    BILLING_FLUSH_INTERVAL_MS: positiveInt('milliseconds')
+      .default(1_000)
+      .describe(
+        'How often each API replica writes the calls it settled (one transaction per account); a killed replica loses at most this much',
+      ),
+    BILLING_LEASE_TTL_MS: positiveInt('milliseconds')
+      .default(30_000)
+      .refine((v) => v >= 5_000, 'must be at least 5000')
+      .describe(
+        "How long a replica's slice of a balance lives without being renewed; a dead replica's slice is unavailable this long",
+      ),
+    BILLING_RECLAIM_WAIT_MS: positiveInt('milliseconds')
+      .default(500)
+      .describe(
+        'How long a replica short of balance waits for the others to give back unused slices before answering 402',
+      ),
+    // ──
   })
   .superRefine((c, ctx) => {
+    if (c.BILLING_LEASE_TTL_MS < 3 * c.BILLING_FLUSH_INTERVAL_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['BILLING_LEASE_TTL_MS'],
+        message: 'must be at least three times BILLING_FLUSH_INTERVAL_MS (leases are renewed when flushed)',
+      });
+    }
     if (c.DATABASE_URL && !c.ADMIN_TOKEN) {
       ctx.addIssue({
         code: 'custom',

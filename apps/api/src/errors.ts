@@ -24,8 +24,23 @@ const table = {
     message: 'Unauthorized access to dedicated endpoint',
   },
   endpoint_access_denied: { status: 403, type: 'permission_error', message: 'Forbidden: Access denied.' },
+  insufficient_balance: {
+    status: 402,
+    type: 'insufficient_quota',
+    message: 'Insufficient balance / payment required',
+  },
   not_found: { status: 404, type: 'invalid_request_error', message: 'Not found' },
   method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed' },
+  idempotency_conflict: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'This Idempotency-Key was already used with a different request',
+  },
+  balance_conflict: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'The balance not held by calls in flight is too low for this adjustment',
+  },
   request_too_large: { status: 413, type: 'invalid_request_error', message: 'Request body too large' },
   unsupported_media_type: {
     status: 415,

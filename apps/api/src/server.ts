@@ -22,6 +22,7 @@ import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
 import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts';
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
+import { startBilling, type Billing } from './billing/index.ts';
 
 export interface RunningApi {
   url: string;
@@ -34,6 +35,8 @@ export interface RunningApi {
   /** The proxy's upstream for those endpoints (wake, hold, replica choice). */
   upstream?: PlatformUpstream;
   usage?: UsageRecorder;
+  /** Prepaid balances (the wallet is the hot path of paid calls), GPU metering, the job queue. */
+  billing: Billing;
   /** Stops accepting, lets requests in flight finish (up to SHUTDOWN_GRACE_MS), closes the database. */
   close(): Promise<void>;
 }
@@ -59,6 +62,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let limiter: RateLimiter | undefined;
   let upstream: PlatformUpstream | undefined;
   let dispatcher: Agent | undefined;
+  let billing: Billing | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const inCluster =
@@ -92,6 +96,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })
       : localRevocationBus();
     const metrics = createMetrics();
+    billing = await startBilling({ config, db, catalog, logger, registry: metrics.registry });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -116,6 +121,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         runtime && upstream && dispatcher && usage && limiter
           ? { runtime, upstream, dispatcher, usage, limiter }
           : undefined,
+      billing,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -139,6 +145,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const l = limiter;
     const up = upstream;
     const d = dispatcher;
+    const bill = billing;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -149,6 +156,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       runtime: rt,
       upstream: up,
       usage: u,
+      billing: bill,
       close: () =>
         (closing ??= (async () => {
           lifecycle.shuttingDown = true;
@@ -162,6 +170,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           await d?.close();
           await u?.close();
           await l?.close();
+          await bill.close();
           await k.close();
           await b.close();
           await db.close();
@@ -175,6 +184,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     await dispatcher?.close();
     await usage?.close();
     await limiter?.close();
+    await billing?.close();
     await keys?.close();
     await bus?.close();
     await db.close();

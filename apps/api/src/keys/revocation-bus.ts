@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { pgListener } from '../pg-listener.ts';
 
 export interface Revocation {
   keyId: string;
@@ -55,17 +56,12 @@ export async function postgresRevocationBus(options: {
   const replica = randomBytes(6).toString('hex');
   const events = new EventEmitter();
   const waiters = new Map<string, { pending: Set<string>; done: () => void }>();
-  let client: pg.Client | undefined;
-  let healthy = false;
-  let closed = false;
-  let retry: NodeJS.Timeout | undefined;
-  let backoff = 250;
 
-  const connect = async (): Promise<void> => {
-    const c = new pg.Client({ connectionString: options.url, application_name: APP_PREFIX + replica });
-    c.on('error', (err) => lost(c, err));
-    c.on('end', () => lost(c));
-    c.on('notification', (msg) => {
+  const listener = await pgListener({
+    url: options.url,
+    applicationName: APP_PREFIX + replica,
+    channels: [CHANNEL, ACK_CHANNEL],
+    onNotification(msg, c) {
       if (!msg.payload) return;
       try {
         const body = JSON.parse(msg.payload) as Record<string, string>;
@@ -82,53 +78,27 @@ export async function postgresRevocationBus(options: {
       } catch (err) {
         options.logger.warn({ err, channel: msg.channel }, 'ignored a malformed key revocation notification');
       }
-    });
-    await c.connect();
-    await c.query(`LISTEN ${CHANNEL}`);
-    await c.query(`LISTEN ${ACK_CHANNEL}`);
-    client = c;
-    healthy = true;
-    backoff = 250;
-  };
-
-  const lost = (c: pg.Client, err?: Error) => {
-    if (client !== c) return;
-    client = undefined;
-    healthy = false;
-    // We may have missed revocations while disconnected: nothing cached can be trusted.
-    events.emit('reset');
-    c.end().catch(() => {});
-    if (closed) return;
-    options.logger.warn(
-      { err: err?.message },
-      'key revocation listener lost its connection; key cache disabled until it is back',
-    );
-    scheduleReconnect();
-  };
-
-  const scheduleReconnect = () => {
-    retry = setTimeout(() => {
-      connect()
-        .then(() => options.logger.info('key revocation listener reconnected; key cache enabled'))
-        .catch(() => {
-          backoff = Math.min(backoff * 2, 10_000);
-          if (!closed) scheduleReconnect();
-        });
-    }, backoff);
-    retry.unref();
-  };
-
-  await connect();
+    },
+    onLost(err) {
+      // We may have missed revocations while disconnected: nothing cached can be trusted.
+      events.emit('reset');
+      options.logger.warn(
+        { err: err?.message },
+        'key revocation listener lost its connection; key cache disabled until it is back',
+      );
+    },
+    onReconnected: () => options.logger.info('key revocation listener reconnected; key cache enabled'),
+  });
 
   return {
     get healthy() {
-      return healthy;
+      return listener.client !== undefined;
     },
     async publish(rev) {
       const id = randomBytes(8).toString('hex');
-      const c = client;
+      const c = listener.client;
       // Even when our own listener is down the row is revoked; peers that cannot be told have
-      // their caches disabled (see `lost`), so a miss here cannot leave a revoked key usable.
+      // their caches disabled (see `onLost`), so a miss here cannot leave a revoked key usable.
       const notifier = c ?? new pg.Client({ connectionString: options.url });
       if (!c) await notifier.connect();
       try {
@@ -168,12 +138,7 @@ export async function postgresRevocationBus(options: {
     onRevoked: (fn) => void events.on('revoked', fn),
     onReset: (fn) => void events.on('reset', fn),
     async close() {
-      closed = true;
-      clearTimeout(retry);
-      const c = client;
-      client = undefined;
-      healthy = false;
-      await c?.end().catch(() => {});
+      await listener.close();
       events.removeAllListeners();
     },
   };

@@ -3,13 +3,15 @@ import { ApiError } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import type { KeyService } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
-import { createdKeyView, createKeyBody, keyView, viewCreatedKey, viewKey } from './views.ts';
-
-const auth = { scopes: ['global'] } as const;
-const errors = {
-  401: { description: 'Missing, malformed or revoked key', schema: simpleError },
-  403: { description: 'The key is not a global key', schema: simpleError },
-};
+import {
+  createdKeyView,
+  createKeyBody,
+  globalKey as auth,
+  globalKeyErrors as errors,
+  keyView,
+  viewCreatedKey,
+  viewKey,
+} from './views.ts';
 
 /** Settings → Keys: create, list and revoke the account's keys (a global key is required). */
 export function registerKeyRoutes(routes: Routes, deps: { keys: KeyService }): void {

@@ -2,6 +2,14 @@ import { z } from 'zod';
 import type { KeyRecord } from '../repositories/keys.ts';
 import { SCOPES } from '../repositories/keys.ts';
 import type { CreatedKey } from '../keys/service.ts';
+import { simpleError } from '../openapi.ts';
+
+/** Settings → Keys and Settings → Billing: a global key. */
+export const globalKey = { scopes: ['global'] } as const;
+export const globalKeyErrors = {
+  401: { description: 'Missing, malformed or revoked key', schema: simpleError },
+  403: { description: 'The key is not a global key', schema: simpleError },
+};
 
 export const keyView = z.object({
   id: z.string().describe('Key id (`key_…`), used to revoke it'),
