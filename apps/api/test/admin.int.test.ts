@@ -1,6 +1,6 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApi, type TestApi } from '@berth/test/support/api';
+import { sql } from '@berth/test/support/postgres';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -9,11 +9,8 @@ beforeAll(async () => {
 afterAll(async () => api?.stop());
 
 async function count(table: 'accounts' | 'api_keys'): Promise<number> {
-  const c = new pg.Client({ connectionString: api.db.url });
-  await c.connect();
-  const { rows } = await c.query(`SELECT count(*)::int AS n FROM ${table}`);
-  await c.end();
-  return rows[0].n;
+  const rows = await sql<{ n: number }>(api.db.url, `SELECT count(*)::int AS n FROM ${table}`);
+  return rows[0]!.n;
 }
 
 describe('POST /admin/accounts (signup)', () => {
@@ -44,13 +41,10 @@ describe('POST /admin/accounts (signup)', () => {
   it('stores only a hash of the key, never the value', async () => {
     const res = await api.admin('/admin/accounts', { method: 'POST', body: '{}' });
     const { key } = await res.json();
-    const c = new pg.Client({ connectionString: api.db.url });
-    await c.connect();
-    const { rows } = await c.query('SELECT * FROM api_keys WHERE id = $1', [key.id]);
-    await c.end();
+    const rows = await sql(api.db.url, 'SELECT * FROM api_keys WHERE id = $1', [key.id]);
     expect(rows).toHaveLength(1);
     expect(JSON.stringify(rows[0])).not.toContain(key.value.slice(13));
-    expect(rows[0].hash).toMatch(/^[0-9a-f]{64}$/);
+    expect(rows[0]!.hash).toMatch(/^[0-9a-f]{64}$/);
   });
 });
 

@@ -1,6 +1,6 @@
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { sql } from '@berth/test/support/postgres';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -139,9 +139,9 @@ describe('key management (errors)', () => {
 
   it('bad bodies write nothing', async () => {
     const acct = await api.newAccount();
-    const c = new pg.Client({ connectionString: api.db.url });
-    await c.connect();
-    const before = (await c.query('SELECT count(*)::int AS n FROM api_keys')).rows[0].n;
+    const keyCount = async () =>
+      (await sql<{ n: number }>(api.db.url, 'SELECT count(*)::int AS n FROM api_keys'))[0]!.n;
+    const before = await keyCount();
     for (const body of [
       '{',
       JSON.stringify({ scope: 'global' }),
@@ -150,7 +150,6 @@ describe('key management (errors)', () => {
       const res = await fetch(api.url + '/api/keys', { method: 'POST', headers: json(acct.global), body });
       expect(res.status).toBe(400);
     }
-    expect((await c.query('SELECT count(*)::int AS n FROM api_keys')).rows[0].n).toBe(before);
-    await c.end();
+    expect(await keyCount()).toBe(before);
   });
 });

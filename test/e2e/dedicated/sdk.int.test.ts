@@ -1,10 +1,10 @@
 // Calling a dedicated endpoint with the official OpenAI SDK: chat (streaming or not), completions,
 // models, engine and auth errors, revocation mid-stream, client aborts, usage metering.
 import OpenAI from 'openai';
-import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { bearer } from '../../support/api.ts';
 import { eventually } from '../../support/eventually.ts';
+import { sql } from '../../support/postgres.ts';
 import {
   api,
   acct,
@@ -209,17 +209,15 @@ describe('calling a dedicated endpoint with the OpenAI SDK', () => {
 
   it('records usage per endpoint and account, streaming included', async () => {
     await api.usage!.flush();
-    const c = new pg.Client({ connectionString: api.db.url });
-    await c.connect();
-    const { rows } = await c.query(
+    const rows = await sql<{ account_id: string; requests: number; completion: number }>(
+      api.db.url,
       'SELECT account_id, sum(requests)::int AS requests, sum(completion_tokens)::int AS completion FROM endpoint_usage WHERE endpoint_id = $1 GROUP BY account_id',
       [small],
     );
-    await c.end();
     expect(rows).toHaveLength(1);
-    expect(rows[0].account_id).toBe(acct.id);
+    expect(rows[0]!.account_id).toBe(acct.id);
     // 2 non-streaming + 2 streaming + 1 raw stream (16 tokens each) + 1 completion (5 tokens), at least.
-    expect(rows[0].requests).toBeGreaterThanOrEqual(6);
-    expect(rows[0].completion).toBeGreaterThanOrEqual(5 * 16 + 5);
+    expect(rows[0]!.requests).toBeGreaterThanOrEqual(6);
+    expect(rows[0]!.completion).toBeGreaterThanOrEqual(5 * 16 + 5);
   });
 });
