@@ -23,6 +23,10 @@ import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts'
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 import { startBilling, type Billing } from './billing/index.ts';
+import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
+
+/** The dashboard's static build (`npm run build -w @berth/web`). */
+export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
 
 export interface RunningApi {
   url: string;
@@ -63,6 +67,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let upstream: PlatformUpstream | undefined;
   let dispatcher: Agent | undefined;
   let billing: Billing | undefined;
+  let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const inCluster =
@@ -107,6 +112,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
     });
+    auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
     const lifecycle: Lifecycle = { shuttingDown: false };
     const app = createApp({
       config,
@@ -122,6 +128,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           ? { runtime, upstream, dispatcher, usage, limiter }
           : undefined,
       billing,
+      auth,
+      webDir: WEB_DIR,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -134,6 +142,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     server.headersTimeout = 60_000;
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;
+    auth.listening(port);
     const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
     logger.info({ port, host: config.HOST }, 'Berth API listening');
     logger.flush();
@@ -146,6 +155,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const up = upstream;
     const d = dispatcher;
     const bill = billing;
+    const au = auth;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -171,6 +181,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           await u?.close();
           await l?.close();
           await bill.close();
+          au.close();
           await k.close();
           await b.close();
           await db.close();
@@ -185,6 +196,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     await usage?.close();
     await limiter?.close();
     await billing?.close();
+    auth?.close();
     await keys?.close();
     await bus?.close();
     await db.close();
