@@ -18,6 +18,17 @@ const table = {
     type: 'permission_error',
     message: 'This API key does not have the scope this route needs',
   },
+  no_inference_key: {
+    status: 403,
+    type: 'permission_error',
+    message: 'You must generate an API key first to use inference.',
+  },
+  csrf_failed: {
+    status: 403,
+    type: 'permission_error',
+    message:
+      'Missing or invalid CSRF token: send the X-CSRF-Token header with the csrfToken of GET /auth/session',
+  },
   endpoint_not_owned: {
     status: 403,
     type: 'permission_error',

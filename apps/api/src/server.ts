@@ -30,6 +30,10 @@ import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts'
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 import { startBilling, type Billing } from './billing/index.ts';
+import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
+
+/** The dashboard's static build (`npm run build -w @berth/web`). */
+export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
 
 export interface RunningApi {
   url: string;
@@ -78,6 +82,7 @@ export async function startApi(
   let dispatcher: Agent | undefined;
   let billing: Billing | undefined;
   let gpuMeter: Leadership | undefined;
+  let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const inCluster =
@@ -149,6 +154,7 @@ export async function startApi(
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
     });
+    auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
     const lifecycle: Lifecycle = { shuttingDown: false };
     const app = createApp({
       config,
@@ -164,6 +170,8 @@ export async function startApi(
           ? { runtime, upstream, dispatcher, usage, limiter }
           : undefined,
       billing,
+      auth,
+      webDir: WEB_DIR,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -176,6 +184,7 @@ export async function startApi(
     server.headersTimeout = 60_000;
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;
+    auth.listening(port);
     const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
     logger.info({ port, host: config.HOST }, 'Berth API listening');
     logger.flush();
@@ -189,6 +198,7 @@ export async function startApi(
     const d = dispatcher;
     const bill = billing;
     const meter = gpuMeter;
+    const au = auth;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -215,6 +225,7 @@ export async function startApi(
           await u?.close();
           await l?.close();
           await bill.close();
+          au.close();
           await k.close();
           await b.close();
           await db.close();
@@ -230,6 +241,7 @@ export async function startApi(
     await usage?.close();
     await limiter?.close();
     await billing?.close();
+    auth?.close();
     await keys?.close();
     await bus?.close();
     await db.close();
