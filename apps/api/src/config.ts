@@ -177,6 +177,11 @@ export const configSchema = z
       .describe(
         'How long a replica short of balance waits for the others to give back unused slices before answering 402',
       ),
+    BILLING_GPU_SYNC_INTERVAL_MS: positiveInt('milliseconds')
+      .default(30_000)
+      .describe(
+        "How often the GPU meter re-reads every endpoint's replicas (besides every change it is told of): a replica that ends while no API replica runs is billed up to the last such pass",
+      ),
     // ──
   })
   .superRefine((c, ctx) => {

@@ -17,7 +17,14 @@ import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
-import { kubernetesRuntime, localRuntime, type EndpointRuntime } from './endpoints/index.ts';
+import {
+  kubernetesGpuMeter,
+  kubernetesRuntime,
+  localRuntime,
+  type EndpointRuntime,
+} from './endpoints/index.ts';
+import { GPU_METER_LOCK, pgLeadership, soleLeadership, type Leadership } from './billing/leadership.ts';
+import { gpuMeterMetrics } from './billing/metrics.ts';
 import { proxyAgent } from './proxy/agent.ts';
 import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
 import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
@@ -43,7 +50,14 @@ export interface RunningApi {
   close(): Promise<void>;
 }
 
-export async function startApi(config: Config, options: { logger?: Logger } = {}): Promise<RunningApi> {
+export async function startApi(
+  config: Config,
+  options: {
+    logger?: Logger;
+    /** The clock of GPU metering and invoices; tests move it. */
+    now?: () => Date;
+  } = {},
+): Promise<RunningApi> {
   const logger = options.logger ?? createLogger(config.LOG_LEVEL);
   const inCluster =
     !!process.env.KUBERNETES_SERVICE_HOST &&
@@ -88,6 +102,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let upstream: PlatformUpstream | undefined;
   let dispatcher: Agent | undefined;
   let billing: Billing | undefined;
+  let gpuMeter: Leadership | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     if (kind === 'kubernetes') {
@@ -117,7 +132,34 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })
       : localRevocationBus();
     const metrics = createMetrics();
-    billing = await startBilling({ config, db, catalog, logger, registry: metrics.registry });
+    billing = await startBilling({
+      config,
+      db,
+      catalog,
+      logger,
+      registry: metrics.registry,
+      ...(options.now ? { now: options.now } : {}),
+    });
+    if (kind === 'kubernetes') {
+      const meterMetrics = gpuMeterMetrics(metrics.registry);
+      const work = kubernetesGpuMeter(config, {
+        gpu: billing.gpu,
+        logger,
+        now: options.now ?? (() => new Date()),
+        onSync: meterMetrics.sync,
+      });
+      // Exactly one API replica meters GPU time; on the embedded database there is only one.
+      gpuMeter = config.DATABASE_URL
+        ? pgLeadership({
+            url: config.DATABASE_URL,
+            lock: GPU_METER_LOCK,
+            name: 'gpu-meter',
+            work,
+            logger,
+            onChange: meterMetrics.leading,
+          })
+        : soleLeadership(work, logger);
+    }
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -165,6 +207,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const up = upstream;
     const d = dispatcher;
     const bill = billing;
+    const meter = gpuMeter;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -184,6 +227,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           const grace = setTimeout(() => server.closeAllConnections(), config.SHUTDOWN_GRACE_MS);
           await drained;
           clearTimeout(grace);
+          await meter?.close();
           await up?.close();
           await rt?.close();
           await d?.close();
@@ -199,6 +243,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })()),
     };
   } catch (err) {
+    await gpuMeter?.close();
     await upstream?.close();
     await runtime?.close();
     await dispatcher?.close();
