@@ -20,7 +20,13 @@ export const configSchema = z
     // The reconciler's variables (local mode runs it): BERTH_PROVISIONING_TIMEOUT_SECONDS, HF_ENDPOINT, …
     ...reconcilerEnv.shape,
     PORT: port.default(8080).describe('TCP port the API listens on'),
-    HOST: z.string().min(1).default('0.0.0.0').describe('Address the API binds'),
+    HOST: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        'Address the API binds. Unset: 0.0.0.0 in a pod or with a cluster configured, else 127.0.0.1 (local mode: this machine only)',
+      ),
     DATABASE_URL: z
       .string()
       .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')

@@ -1,11 +1,13 @@
 // Composition root: configuration in, a listening API out. main.ts and the tests both use it.
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { openMigratedDatabase } from '@berth/db';
 import { createApp } from './app.ts';
-import type { Config } from './config.ts';
+import { ConfigError, type Config } from './config.ts';
+import { lockDataDir, type DataDirLock } from './data-dir-lock.ts';
 import { keyHasher } from './keys/format.ts';
 import { localRevocationBus, postgresRevocationBus, type RevocationBus } from './keys/revocation-bus.ts';
 import { keyService, type KeyService } from './keys/service.ts';
@@ -61,11 +63,34 @@ export async function startApi(
   } = {},
 ): Promise<RunningApi> {
   const logger = options.logger ?? createLogger(config.LOG_LEVEL);
-  const db = await openMigratedDatabase(
-    config.DATABASE_URL
-      ? { kind: 'postgres', url: config.DATABASE_URL, poolSize: config.DB_POOL_SIZE }
-      : { kind: 'embedded', dataDir: path.join(config.BERTH_DATA_DIR, 'db') },
-  );
+  const inCluster =
+    !!process.env.KUBERNETES_SERVICE_HOST &&
+    existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
+  const kind = runtimeKind(config, inCluster);
+  // The port first: a busy one must stop the process before anything is written to the data dir.
+  const server = await bind(config.PORT, bindHost(config, inCluster));
+  let lock: DataDirLock | undefined;
+  let db: Awaited<ReturnType<typeof openMigratedDatabase>>;
+  try {
+    // The data dir holds the embedded database and local mode's engine processes: one API owns it.
+    if (!config.DATABASE_URL || kind === 'local') {
+      lock = await lockDataDir(config.BERTH_DATA_DIR);
+      if (lock.stalePid)
+        logger.warn(
+          { file: lock.file, pid: lock.stalePid },
+          'took over the data dir lock of a process that is gone',
+        );
+    }
+    db = await openMigratedDatabase(
+      config.DATABASE_URL
+        ? { kind: 'postgres', url: config.DATABASE_URL, poolSize: config.DB_POOL_SIZE }
+        : { kind: 'embedded', dataDir: path.join(config.BERTH_DATA_DIR, 'db') },
+    );
+  } catch (err) {
+    await lock?.release();
+    await closeServer(server);
+    throw err;
+  }
   if (db.applied.length) logger.info({ migrations: db.applied }, 'applied database migrations');
   if (db.kind === 'embedded')
     logger.info(
@@ -85,10 +110,6 @@ export async function startApi(
   let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
-    const inCluster =
-      !!process.env.KUBERNETES_SERVICE_HOST &&
-      existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
-    const kind = runtimeKind(config, inCluster);
     if (kind === 'kubernetes') {
       runtime = kubernetesRuntime(config, logger);
     } else if (kind === 'local') {
@@ -174,19 +195,17 @@ export async function startApi(
       webDir: WEB_DIR,
     });
 
-    const server = app.listen(config.PORT, config.HOST);
-    await new Promise<void>((resolve, reject) => {
-      server.once('listening', resolve);
-      server.once('error', reject);
-    });
+    server.off('request', starting);
+    server.on('request', app);
     // Streams may run for the whole wall-clock limit; Node's defaults would cut them.
     server.requestTimeout = 0;
     server.headersTimeout = 60_000;
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;
     auth.listening(port);
-    const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
-    logger.info({ port, host: config.HOST }, 'Berth API listening');
+    const bound = bindHost(config, inCluster);
+    const host = bound === '0.0.0.0' || bound === '::' ? '127.0.0.1' : bound;
+    logger.info({ port, host: bound }, 'Berth API listening');
     logger.flush();
 
     const k = keys;
@@ -229,6 +248,7 @@ export async function startApi(
           await k.close();
           await b.close();
           await db.close();
+          await lock?.release();
           logger.info('Berth API stopped');
           logger.flush();
         })()),
@@ -245,8 +265,60 @@ export async function startApi(
     await keys?.close();
     await bus?.close();
     await db.close();
+    await lock?.release();
+    await closeServer(server);
     throw err;
   }
+}
+
+/** Until the app is assembled, the bound port answers 503 (a client that came early may retry). */
+function starting(_req: IncomingMessage, res: ServerResponse): void {
+  res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
+  res.end(JSON.stringify({ error: 'Berth is starting; retry in a moment', code: 'service_unavailable' }));
+}
+
+/** Listens, or explains in one line why it cannot (a ConfigError: the process exits 78). */
+async function bind(port: number, host: string): Promise<Server> {
+  const server = createServer(starting);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+    server.listen(port, host);
+  }).catch((err: NodeJS.ErrnoException) => {
+    const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+    if (err.code === 'EADDRINUSE')
+      throw new ConfigError(
+        `Port ${port} is already in use on ${host}: stop what listens on ${where}, or set PORT to a free port`,
+      );
+    if (err.code === 'EACCES')
+      throw new ConfigError(
+        `Not allowed to listen on ${where} (ports below 1024 need privileges): set PORT to 1024 or above`,
+      );
+    if (err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND')
+      throw new ConfigError(
+        `HOST ${host} is not an address of this machine: set HOST to one (e.g. 127.0.0.1 or 0.0.0.0)`,
+      );
+    throw err;
+  });
+  return server;
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => server.close(() => resolve()));
+}
+
+/**
+ * Where the API listens when HOST is unset: every interface in a pod or next to a cluster (a Service
+ * or ingress must reach it), only this machine in local mode (a laptop's quick start must not expose
+ * the admin API to its network).
+ */
+export function bindHost(
+  config: Pick<Config, 'HOST' | 'BERTH_RUNTIME' | 'KUBECONFIG'>,
+  inCluster: boolean,
+): string {
+  if (config.HOST) return config.HOST;
+  const cluster = inCluster || !!config.KUBECONFIG || config.BERTH_RUNTIME === 'kubernetes';
+  return cluster ? '0.0.0.0' : '127.0.0.1';
 }
 
 /**
