@@ -25,6 +25,7 @@ import type { PlatformUpstream } from './upstream/platform.ts';
 import { ApiError } from './errors.ts';
 import type { Billing } from './billing/index.ts';
 import { registerBillingAdminRoutes, registerBillingRoutes } from './routes/billing.ts';
+import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -54,6 +55,8 @@ export interface AppDeps {
   };
   /** Balances, the ledger, GPU invoices: absent in tests that do not need them (no routes then). */
   billing?: Billing;
+  /** The tool catalog and per-account enablement: absent in tests that do not need them. */
+  tools?: ToolRouteDeps;
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -95,6 +98,7 @@ export function createApp(deps: AppDeps): express.Express {
   const adminRoutes = new Routes(admin, doc, '/admin');
   registerAdminRoutes(adminRoutes, deps);
   if (deps.billing) registerBillingAdminRoutes(adminRoutes, { billing: deps.billing });
+  if (deps.tools) registerToolAdminRoutes(adminRoutes, deps.tools);
   app.use('/admin', admin);
 
   const api = express.Router();
@@ -102,6 +106,7 @@ export function createApp(deps: AppDeps): express.Express {
   const routes = new Routes(api, doc, '/api', deps.keys);
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
+  if (deps.tools) registerToolRoutes(routes, deps.tools);
   registerModelRoutes(routes, { models: deps.config.BERTH_MODELS, created: Math.floor(Date.now() / 1000) });
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;

@@ -23,6 +23,8 @@ import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts'
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 import { startBilling, type Billing } from './billing/index.ts';
+import { toolRepository } from './repositories/tools.ts';
+import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 
 export interface RunningApi {
   url: string;
@@ -107,6 +109,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
     });
+    const secrets = await secretsSealer(config, logger);
     const lifecycle: Lifecycle = { shuttingDown: false };
     const app = createApp({
       config,
@@ -122,6 +125,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           ? { runtime, upstream, dispatcher, usage, limiter }
           : undefined,
       billing,
+      tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -201,6 +205,33 @@ export function runtimeKind(config: Config, inCluster: boolean): 'kubernetes' | 
   if (config.BERTH_RUNTIME !== 'auto') return config.BERTH_RUNTIME;
   if (config.KUBECONFIG || inCluster) return 'kubernetes';
   return config.DATABASE_URL ? 'none' : 'local';
+}
+
+/**
+ * BERTH_SECRETS_KEY, or — with the embedded database, which lives in the same directory — one
+ * generated once into BERTH_DATA_DIR. With DATABASE_URL and no key, no secret can be stored.
+ */
+async function secretsSealer(config: Config, logger: Logger): Promise<Sealer | undefined> {
+  if (config.BERTH_SECRETS_KEY) return sealer(parseSecretsKey(config.BERTH_SECRETS_KEY)!);
+  if (config.DATABASE_URL) {
+    logger.warn(
+      'BERTH_SECRETS_KEY is not set: managed tools with headers (credentials) cannot be registered',
+    );
+    return undefined;
+  }
+  const file = path.join(config.BERTH_DATA_DIR, 'secrets-key');
+  const existing = (await readFile(file, 'utf8').catch(() => ''))?.trim();
+  const key = existing ? parseSecretsKey(existing) : undefined;
+  if (key) return sealer(key);
+  if (existing)
+    throw new Error(
+      `${file} does not hold a secrets key (64 hex digits); restore it or set BERTH_SECRETS_KEY`,
+    );
+  const fresh = newSecretsKey();
+  await mkdir(config.BERTH_DATA_DIR, { recursive: true });
+  await writeFile(file, fresh + '\n', { mode: 0o600 });
+  logger.info({ file }, 'generated a secrets key (set BERTH_SECRETS_KEY to choose one)');
+  return sealer(parseSecretsKey(fresh)!);
 }
 
 /**
