@@ -2,6 +2,7 @@
 // the process with a message that names the variable and says what to fix.
 import { reconcilerEnv } from '@berth/operator';
 import { z } from 'zod';
+import { parseSecretsKey } from './secrets/sealed.ts';
 
 const port = z.coerce
   .number({ error: 'must be a number' })
@@ -203,6 +204,20 @@ export const configSchema = z
     BERTH_SESSION_TTL_HOURS: positiveInt('hours')
       .default(12)
       .describe('How long a dashboard session lasts after sign-in'),
+    // ── Managed tools (apps/api/src/tools) ──
+    BERTH_SECRETS_KEY: z
+      .string()
+      .refine(
+        (v) => parseSecretsKey(v) !== undefined,
+        'must be 32 bytes as 64 hex digits or base64 (use e.g. `openssl rand -hex 32`)',
+      )
+      .optional()
+      .describe(
+        "Key that seals secrets at rest (MCP servers' headers). Unset: generated into BERTH_DATA_DIR with the embedded database; with DATABASE_URL, tools with headers are refused",
+      ),
+    MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
+      .default(16)
+      .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
     // ──
   })
   .superRefine((c, ctx) => {
