@@ -7,7 +7,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { eventually } from '@berth/test/support/eventually';
-import { createTestDatabase, sql, type TestDatabase } from '@berth/test/support/postgres';
+import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
+import { gpuIntervals, gpuMeterRow } from '@berth/test/support/gpu-meter';
 
 const HOUR = 3_600_000;
 const T0 = Date.parse('2026-11-24T09:00:00Z');
@@ -38,27 +39,8 @@ afterAll(async () => {
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-const meter = async (id: string) =>
-  (
-    await sql<{
-      replicas: number;
-      opened_at: Date | null;
-      last_observed_at: Date;
-      terminated_at: Date | null;
-    }>(
-      db.url,
-      'SELECT replicas, opened_at, last_observed_at, terminated_at FROM gpu_meters WHERE endpoint_id = $1',
-      [id],
-    )
-  )[0];
-const intervals = async (id: string) =>
-  (
-    await sql<{ replicas: number; started_at: Date; ended_at: Date }>(
-      db.url,
-      'SELECT replicas, started_at, ended_at FROM gpu_intervals WHERE endpoint_id = $1 ORDER BY started_at',
-      [id],
-    )
-  ).map((r) => [r.replicas, r.started_at.toISOString(), r.ended_at.toISOString()]);
+const meter = (id: string) => gpuMeterRow(db.url, id);
+const intervals = (id: string) => gpuIntervals(db.url, id);
 const iso = (ms: number) => new Date(ms).toISOString();
 
 async function create(a: TestApi, key: string) {

@@ -21,7 +21,8 @@ import { eventually } from '../../support/eventually.ts';
 import { startFakeHub } from '../../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../../support/operator.ts';
 import { servePodEngines, type PodEngines } from '../../support/pod-engines.ts';
-import { createTestDatabase, sql, type TestDatabase } from '../../support/postgres.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/postgres.ts';
+import { gpuIntervals, gpuMeterRow } from '../../support/gpu-meter.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const MIN = 60_000;
@@ -96,27 +97,8 @@ async function spawnClockedApi(clock: Record<string, string>): Promise<ClockedAp
   };
 }
 
-const meter = async (id: string) =>
-  (
-    await sql<{
-      replicas: number;
-      opened_at: Date | null;
-      last_observed_at: Date;
-      terminated_at: Date | null;
-    }>(
-      db.url,
-      'SELECT replicas, opened_at, last_observed_at, terminated_at FROM gpu_meters WHERE endpoint_id = $1',
-      [id],
-    )
-  )[0];
-const intervals = async (id: string) =>
-  (
-    await sql<{ replicas: number; started_at: Date; ended_at: Date }>(
-      db.url,
-      'SELECT replicas, started_at, ended_at FROM gpu_intervals WHERE endpoint_id = $1 ORDER BY started_at',
-      [id],
-    )
-  ).map((r) => [r.replicas, r.started_at.toISOString(), r.ended_at.toISOString()]);
+const meter = (id: string) => gpuMeterRow(db.url, id);
+const intervals = (id: string) => gpuIntervals(db.url, id);
 const iso = (ms: number) => new Date(ms).toISOString();
 
 async function resource(id: string) {
