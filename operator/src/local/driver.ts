@@ -41,6 +41,8 @@ export interface ProcessDriver extends WorkloadDriver {
   /** Base URLs of the endpoint's ready replicas. */
   addresses(id: string): readonly string[];
   watchAddresses(id: string, fn: (addresses: readonly string[]) => void): () => void;
+  /** Processes of the endpoint that run now (starting, ready or draining): the GPUs it holds. */
+  running(id: string): number;
   /** Stops every replica of the endpoint (terminated or deleted). */
   remove(id: string): Promise<void>;
   /** Gracefully stops every replica of every endpoint. */
@@ -55,6 +57,8 @@ interface EndpointProcesses {
 
 export function processDriver(o: ProcessDriverOptions): ProcessDriver {
   const byId = new Map<string, EndpointProcesses>();
+  /** Every slot until it is retired and its process gone, draining ones included. */
+  const slots = new Set<ReplicaSlot>();
   const published = new Map<string, readonly string[]>();
   const listeners = new Listeners<readonly string[]>();
   let closing = false;
@@ -109,6 +113,15 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
   };
 
   return {
+    running(id) {
+      let n = 0;
+      for (const s of slots) {
+        if (s.done) slots.delete(s);
+        else if (s.id === id && s.running) n++;
+      }
+      return n;
+    },
+
     async observe(ep): Promise<ObservedWorkload> {
       const slots = byId.get(ep.metadata.name)?.slots ?? [];
       const failure = mostSevere(slots.map((s) => s.failure).filter((f): f is WorkloadFailure => !!f));
@@ -137,6 +150,7 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
       while (eps.slots.length > want) track(id, eps.slots.pop()!.stop());
       while (eps.slots.length < want) {
         const slot = new ReplicaSlot(id, eps.slots.length, args, supervision, () => changed(id));
+        slots.add(slot);
         eps.slots.push(slot);
         void slot.start();
       }
