@@ -71,14 +71,15 @@ export function startController<R extends ControlledRuntime>(
   build: (enqueue: (key: string) => void) => R,
 ): Controller<R> {
   const { config, log } = o;
-  const preflight: PreflightOptions | undefined = config.hfEndpoint
-    ? {
-        hfEndpoint: config.hfEndpoint,
-        gpuMemoryUtilization: config.gpuMemoryUtilization,
-        timeoutMs: 10_000,
-        ...(o.fetch ? { fetch: o.fetch } : {}),
-      }
-    : undefined;
+  const preflight: PreflightOptions | undefined =
+    config.hfEndpoint && config.preflight !== false
+      ? {
+          hfEndpoint: config.hfEndpoint,
+          gpuMemoryUtilization: config.gpuMemoryUtilization,
+          timeoutMs: 10_000,
+          ...(o.fetch ? { fetch: o.fetch } : {}),
+        }
+      : undefined;
   // Set once `build` has returned; the queue's handler only runs after that.
   let bound: { runtime: R; deps: ReconcileDeps } | undefined = undefined;
   const early: string[] = [];
@@ -122,6 +123,7 @@ export function startController<R extends ControlledRuntime>(
         deadlines: {
           provisioningSeconds: config.provisioningTimeoutSeconds,
           wakeSeconds: config.wakeTimeoutSeconds,
+          hubUnreachableSeconds: config.hubUnreachableSeconds ?? 60,
         },
         scaling: { targetInFlightPerReplica: config.targetInFlightPerReplica },
       },

@@ -5,6 +5,7 @@ import {
   ANNOTATION_LAST_ACTIVITY,
   checkHardware,
   FINALIZER,
+  parseModelSource,
 } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { PhaseOptions } from './phase.ts';
@@ -62,9 +63,14 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
 
   let pf: PreflightResult | undefined;
   if (instanceType && status.preflightGeneration !== generation && !failedThisGeneration) {
-    pf = deps.preflight
-      ? await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight)
-      : { kind: 'passed', message: 'Model checks skipped: no model hub configured' };
+    const source = parseModelSource(ep.spec.model.source);
+    // The hub checks run only where they can answer: hub sources, when enabled.
+    pf =
+      source.kind !== 'hub'
+        ? await deps.driver.checkSource(ep, source)
+        : deps.preflight
+          ? await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight)
+          : { kind: 'passed', message: 'Model checks skipped: no model hub configured' };
     log.info({ preflight: pf }, 'model checks ran');
   }
 

@@ -78,6 +78,8 @@ export interface Decision {
 export interface Deadlines {
   provisioningSeconds: number;
   wakeSeconds: number;
+  /** A hub that has not answered the pre-start checks this long since the build began fails it. */
+  hubUnreachableSeconds: number;
 }
 
 export interface ScalingPolicy {
