@@ -202,6 +202,19 @@ export const FailureSchema = z.object({
 });
 export type Failure = z.infer<typeof FailureSchema>;
 
+const secondsField = z.number().min(0);
+
+/** The last replica start, stage by stage (pod times from the kubelet; seconds, millisecond precision). */
+export const StartTimingSchema = z.object({
+  pod: z.string().max(253).describe('The pod whose start this is'),
+  createdAt: RFC3339.describe('When the pod was created'),
+  scheduledSeconds: secondsField.describe('Created → scheduled on a node'),
+  imageReadySeconds: secondsField.describe('Scheduled → engine container running (image pulled)'),
+  engineReadySeconds: secondsField.describe('Container running → Ready (weights loaded, engine serving)'),
+  totalSeconds: secondsField.describe('Created → Ready'),
+});
+export type StartTiming = z.infer<typeof StartTimingSchema>;
+
 export const DedicatedEndpointStatusSchema = z.object({
   phase: PhaseSchema.optional(),
   reason: z.string().max(1024).optional().describe('CamelCase reason for the phase'),
@@ -226,6 +239,7 @@ export const DedicatedEndpointStatusSchema = z.object({
     .optional()
     .describe('Value of the wake-requested annotation already acted on; a different value is a new wake'),
   failure: FailureSchema.optional(),
+  lastStart: StartTimingSchema.optional().describe('Durations of the last replica start'),
   preflightGeneration: z
     .int()
     .min(0)

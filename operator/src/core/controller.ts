@@ -1,4 +1,4 @@
-import type { Catalog, DedicatedEndpoint } from '@berth/crds';
+import type { Catalog, DedicatedEndpoint, StartTiming } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { ReconcilerConfig } from './config.ts';
 import { errorText } from './error-text.ts';
@@ -46,6 +46,7 @@ export interface ControllerOptions {
     pass?(): () => void;
     outcome?(outcome: Outcome): void;
     decision?(ep: DedicatedEndpoint, decision: Decision): void;
+    start?(timing: StartTiming): void;
   };
 }
 
@@ -131,6 +132,7 @@ export function startController<R extends ControlledRuntime>(
       log,
       ...(o.now ? { now: o.now } : {}),
       ...(o.observer?.decision ? { onDecision: o.observer.decision } : {}),
+      ...(o.observer?.start ? { onStart: o.observer.start } : {}),
     },
   };
   for (const key of early.splice(0)) queue.add(key);

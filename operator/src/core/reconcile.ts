@@ -1,4 +1,11 @@
-import type { Catalog, Condition, DedicatedEndpoint, DedicatedEndpointStatus, Phase } from '@berth/crds';
+import type {
+  Catalog,
+  Condition,
+  DedicatedEndpoint,
+  DedicatedEndpointStatus,
+  Phase,
+  StartTiming,
+} from '@berth/crds';
 import {
   ACTIVITY_REFRESH_SECONDS,
   ANNOTATION_IN_FLIGHT,
@@ -27,6 +34,8 @@ export interface ReconcileDeps {
   log: Logger;
   now?: () => Date;
   onDecision?: (ep: DedicatedEndpoint, decision: Decision) => void;
+  /** A replica start not seen before (its durations, once per pod). */
+  onStart?: (timing: StartTiming) => void;
 }
 
 /** One level-triggered pass for one key: read the cache, decide, apply, write status once. */
@@ -95,6 +104,8 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
     );
   }
   deps.onDecision?.(ep, decision);
+  const started = observed.workload.lastStart;
+  if (started && started.pod !== status.lastStart?.pod) deps.onStart?.(started);
   return decision.requeueAfterMs !== undefined ? { requeueAfterMs: decision.requeueAfterMs } : undefined;
 }
 
@@ -137,6 +148,7 @@ export function nextStatus(
     lastTransitionTime:
       phaseChanged || !prev.lastTransitionTime ? now.toISOString() : prev.lastTransitionTime,
     conditions,
+    lastStart: observed.workload.lastStart ?? prev.lastStart,
     ...d.memory,
   });
 }
