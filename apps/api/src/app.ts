@@ -138,7 +138,9 @@ export function createApp(deps: AppDeps): express.Express {
   }
   app.use('/api', api);
 
-  document = JSON.stringify(doc.document(API_VERSION));
+  const openapi = doc.document(API_VERSION);
+  document = JSON.stringify(openapi);
+  app.locals.openapi = openapi;
 
   app.use(notFound());
   app.use(errorHandler(deps.logger));
