@@ -18,6 +18,17 @@ const table = {
     type: 'permission_error',
     message: 'This API key does not have the scope this route needs',
   },
+  no_inference_key: {
+    status: 403,
+    type: 'permission_error',
+    message: 'You must generate an API key first to use inference.',
+  },
+  csrf_failed: {
+    status: 403,
+    type: 'permission_error',
+    message:
+      'Missing or invalid CSRF token: send the X-CSRF-Token header with the csrfToken of GET /auth/session',
+  },
   endpoint_not_owned: {
     status: 403,
     type: 'permission_error',
@@ -28,6 +39,28 @@ const table = {
     status: 402,
     type: 'insufficient_quota',
     message: 'Insufficient balance / payment required',
+  },
+  tool_not_allowed: {
+    status: 403,
+    type: 'permission_error',
+    message: 'This tool is not allowed for this key',
+  },
+  unknown_tool: { status: 400, type: 'invalid_request_error', message: 'Unknown tool' },
+  olympus_not_enabled: {
+    status: 400,
+    type: 'invalid_request_error',
+    message:
+      'Olympus is not enabled for this API key. Enable it via POST /api/tools with tool_id = "olympus", or adjust the key\'s tool pin.',
+  },
+  builtin_tool: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'This is a built-in feature switch; it cannot be replaced or removed',
+  },
+  secrets_unavailable: {
+    status: 503,
+    type: 'api_error',
+    message: 'Secrets cannot be stored: set BERTH_SECRETS_KEY on the API (e.g. `openssl rand -hex 32`)',
   },
   not_found: { status: 404, type: 'invalid_request_error', message: 'Not found' },
   method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed' },

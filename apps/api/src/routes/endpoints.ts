@@ -163,7 +163,7 @@ function sendEndpoint(res: Response, e: DedicatedEndpoint, base: string, status 
     .json(viewEndpoint(e, base));
 }
 
-const auth = { scopes: ['compute', 'global'] } as const;
+const auth = { scopes: ['compute', 'global'], session: 'manage' } as const;
 const errors = {
   401: { description: 'Missing, malformed or revoked key', schema: simpleError },
   403: { description: 'Not a compute or global key, or another account’s endpoint', schema: simpleError },

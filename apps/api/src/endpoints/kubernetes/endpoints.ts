@@ -23,6 +23,7 @@ import { Listeners, supervise } from '@berth/operator';
 import type { Logger } from 'pino';
 import { endpointChanged, endpointNotFound } from '../../errors.ts';
 import type { Endpoints } from '../ports.ts';
+import { BILLING_FINALIZER } from './gpu-meter.ts';
 
 function isNotFound(err: unknown): boolean {
   return (err as { code?: number }).code === 404;
@@ -69,7 +70,13 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
       const body = {
         apiVersion: API_VERSION,
         kind: KIND,
-        metadata: { name: id, namespace, annotations: { [ANNOTATION_DISPLAY_NAME]: displayName } },
+        metadata: {
+          name: id,
+          namespace,
+          annotations: { [ANNOTATION_DISPLAY_NAME]: displayName },
+          // Held until the endpoint's billing record is closed (gpu-meter.ts).
+          finalizers: [BILLING_FINALIZER],
+        },
         spec: hubToken
           ? { ...spec, model: { ...spec.model, hubTokenSecretRef: { name: secretName, key: 'token' } } }
           : spec,
