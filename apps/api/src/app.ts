@@ -30,6 +30,7 @@ import { DEV_IDP_PATH } from './auth/index.ts';
 import { apiSessions } from './auth/session.ts';
 import { registerAuthRoutes } from './routes/auth.ts';
 import { webApp } from './http/web.ts';
+import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -63,6 +64,8 @@ export interface AppDeps {
   auth?: DashboardAuth;
   /** The dashboard's static build (apps/web/dist), served at `/` when it exists. */
   webDir?: string;
+  /** The tool catalog and per-account enablement: absent in tests that do not need them. */
+  tools?: ToolRouteDeps;
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -104,6 +107,7 @@ export function createApp(deps: AppDeps): express.Express {
   const adminRoutes = new Routes(admin, doc, '/admin');
   registerAdminRoutes(adminRoutes, deps);
   if (deps.billing) registerBillingAdminRoutes(adminRoutes, { billing: deps.billing });
+  if (deps.tools) registerToolAdminRoutes(adminRoutes, deps.tools);
   app.use('/admin', admin);
 
   const auth = deps.auth;
@@ -130,6 +134,7 @@ export function createApp(deps: AppDeps): express.Express {
   const routes = new Routes(api, doc, '/api', deps.keys);
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
+  if (deps.tools) registerToolRoutes(routes, deps.tools);
   registerModelRoutes(routes, { models: deps.config.BERTH_MODELS, created: Math.floor(Date.now() / 1000) });
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;

@@ -2,6 +2,7 @@
 // the process with a message that names the variable and says what to fix.
 import { reconcilerEnv } from '@berth/operator';
 import { z } from 'zod';
+import { parseSecretsKey } from './secrets/sealed.ts';
 
 const port = z.coerce
   .number({ error: 'must be a number' })
@@ -20,7 +21,13 @@ export const configSchema = z
     // The reconciler's variables (local mode runs it): BERTH_PROVISIONING_TIMEOUT_SECONDS, HF_ENDPOINT, …
     ...reconcilerEnv.shape,
     PORT: port.default(8080).describe('TCP port the API listens on'),
-    HOST: z.string().min(1).default('0.0.0.0').describe('Address the API binds'),
+    HOST: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        'Address the API binds. Unset: 0.0.0.0 in a pod or with a cluster configured, else 127.0.0.1 (local mode: this machine only)',
+      ),
     DATABASE_URL: z
       .string()
       .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
@@ -171,6 +178,11 @@ export const configSchema = z
       .describe(
         'How long a replica short of balance waits for the others to give back unused slices before answering 402',
       ),
+    BILLING_GPU_SYNC_INTERVAL_MS: positiveInt('milliseconds')
+      .default(30_000)
+      .describe(
+        "How often the GPU meter re-reads every endpoint's replicas (besides every change it is told of): a replica that ends while no API replica runs is billed up to the last such pass",
+      ),
     // ── Dashboard sign-in (auth/, routes/auth.ts) ──
     BERTH_OIDC_ISSUER: z
       .string()
@@ -192,6 +204,20 @@ export const configSchema = z
     BERTH_SESSION_TTL_HOURS: positiveInt('hours')
       .default(12)
       .describe('How long a dashboard session lasts after sign-in'),
+    // ── Managed tools (apps/api/src/tools) ──
+    BERTH_SECRETS_KEY: z
+      .string()
+      .refine(
+        (v) => parseSecretsKey(v) !== undefined,
+        'must be 32 bytes as 64 hex digits or base64 (use e.g. `openssl rand -hex 32`)',
+      )
+      .optional()
+      .describe(
+        "Key that seals secrets at rest (MCP servers' headers). Unset: generated into BERTH_DATA_DIR with the embedded database; with DATABASE_URL, tools with headers are refused",
+      ),
+    MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
+      .default(16)
+      .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
     // ──
   })
   .superRefine((c, ctx) => {

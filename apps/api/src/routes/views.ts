@@ -49,7 +49,7 @@ export function viewCreatedKey(k: CreatedKey): z.infer<typeof createdKeyView> {
   return { ...viewKey(k), value: k.value };
 }
 
-const toolId = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a tool id such as "olympus"');
+export const toolId = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a tool id such as "olympus"');
 
 /** The body that creates a key, shared by the admin route and POST /api/keys. */
 export const createKeyBody = z
