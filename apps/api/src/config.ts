@@ -53,16 +53,24 @@ export const configSchema = z
     MAX_BODY_BYTES: positiveInt('bytes')
       .default(1_048_576)
       .describe('Largest accepted request body; larger gets 413'),
-    BERTH_MODELS: z
+    BERTH_MODELS_FILE: z
       .string()
-      .default('llama-3.1-8b-instruct,qwen2.5-7b-instruct')
-      .transform((s) =>
-        s
-          .split(',')
-          .map((m) => m.trim())
-          .filter(Boolean),
+      .min(1)
+      .optional()
+      .describe(
+        'JSON/YAML file of Elastic catalog entries (`{"models": {"<name>": <entry>}}`), applied at start-up (idempotent)',
+      ),
+    BERTH_SECRETS_KEY: z
+      .string()
+      .refine(
+        (v) => /^[0-9a-fA-F]{64}$/.test(v) || Buffer.from(v, 'base64').length === 32,
+        'must be 32 random bytes as 64 hex digits or base64 (e.g. `openssl rand -hex 32`)',
       )
-      .describe('Comma-separated model catalog listed by GET /api/models'),
+      .optional()
+      .describe("AES-256-GCM key sealing the Elastic catalog's external backend secrets at rest"),
+    ELASTIC_COOLDOWN_MS: positiveInt('milliseconds')
+      .default(5_000)
+      .describe('How long an Elastic backend that failed (5xx, connection error, 429) is skipped'),
     SHUTDOWN_GRACE_MS: positiveInt('milliseconds')
       .default(15_000)
       .describe('On SIGTERM, how long requests in flight may finish before the process exits'),

@@ -5,7 +5,7 @@ import { z } from 'zod';
 export type Auth = 'admin' | 'key' | 'none';
 
 export interface Operation {
-  method: 'get' | 'post' | 'delete';
+  method: 'get' | 'post' | 'put' | 'delete';
   /** OpenAPI path template, e.g. `/api/keys/{id}`. */
   path: string;
   summary: string;

@@ -23,6 +23,7 @@ import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts'
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 import { startBilling, type Billing } from './billing/index.ts';
+import { startElastic, type Elastic } from './elastic/index.ts';
 
 export interface RunningApi {
   url: string;
@@ -63,6 +64,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let upstream: PlatformUpstream | undefined;
   let dispatcher: Agent | undefined;
   let billing: Billing | undefined;
+  let elastic: Elastic | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const inCluster =
@@ -83,10 +85,10 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       limiter = config.REDIS_URL ? await redisRateLimiter(config.REDIS_URL, logger) : memoryRateLimiter();
       await runtime.ready();
       upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
-      dispatcher = proxyAgent();
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
     }
+    dispatcher = proxyAgent();
     const adminToken = config.ADMIN_TOKEN ?? (await embeddedAdminToken(config.BERTH_DATA_DIR, logger));
     bus = config.DATABASE_URL
       ? await postgresRevocationBus({
@@ -97,6 +99,14 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
       : localRevocationBus();
     const metrics = createMetrics();
     billing = await startBilling({ config, db, catalog, logger, registry: metrics.registry });
+    elastic = await startElastic({
+      config,
+      db,
+      logger,
+      wallet: billing.wallet,
+      dispatcher,
+      ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
+    });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -122,6 +132,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           ? { runtime, upstream, dispatcher, usage, limiter }
           : undefined,
       billing,
+      elastic,
     });
 
     const server = app.listen(config.PORT, config.HOST);
@@ -146,6 +157,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const up = upstream;
     const d = dispatcher;
     const bill = billing;
+    const el = elastic;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -170,6 +182,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           await d?.close();
           await u?.close();
           await l?.close();
+          await el.close();
           await bill.close();
           await k.close();
           await b.close();
@@ -184,6 +197,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     await dispatcher?.close();
     await usage?.close();
     await limiter?.close();
+    await elastic?.close();
     await billing?.close();
     await keys?.close();
     await bus?.close();
