@@ -12,7 +12,9 @@ import type { HealthRepository } from './repositories/keys.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerHealthRoutes, type Lifecycle } from './routes/health.ts';
 import { registerKeyRoutes } from './routes/keys.ts';
-import { registerModelRoutes } from './routes/models.ts';
+import { registerCatalogAdminRoutes, registerElasticRoutes } from './routes/elastic.ts';
+import type { ElasticCatalog } from './elastic/catalog.ts';
+import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
 import { registerDedicatedRoutes } from './routes/dedicated.ts';
@@ -35,7 +37,7 @@ import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from 
 export const API_VERSION = '0.1.0';
 
 export interface AppDeps {
-  config: Pick<Config, 'MAX_BODY_BYTES' | 'BERTH_MODELS'> &
+  config: Pick<Config, 'MAX_BODY_BYTES'> &
     Partial<
       Pick<
         Config,
@@ -58,6 +60,8 @@ export interface AppDeps {
     usage: UsageRecorder;
     limiter: RateLimiter;
   };
+  /** Elastic inference: the catalog and the call path (absent: no Elastic routes). */
+  elastic?: { catalog: ElasticCatalog; caller: ElasticCaller };
   /** Balances, the ledger, GPU invoices: absent in tests that do not need them (no routes then). */
   billing?: Billing;
   /** The dashboard's sign-in and sessions: absent in tests that do not need them. */
@@ -108,6 +112,7 @@ export function createApp(deps: AppDeps): express.Express {
   registerAdminRoutes(adminRoutes, deps);
   if (deps.billing) registerBillingAdminRoutes(adminRoutes, { billing: deps.billing });
   if (deps.tools) registerToolAdminRoutes(adminRoutes, deps.tools);
+  if (deps.elastic) registerCatalogAdminRoutes(adminRoutes, { catalog: deps.elastic.catalog });
   app.use('/admin', admin);
 
   const auth = deps.auth;
@@ -135,11 +140,33 @@ export function createApp(deps: AppDeps): express.Express {
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
-  registerModelRoutes(routes, { models: deps.config.BERTH_MODELS, created: Math.floor(Date.now() / 1000) });
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
+  const c = deps.config;
+  const dedicatedConfig = {
+    wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
+    requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
+    retries: c.PROXY_RETRIES ?? 2,
+    publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
+    publicLimitPerClient: c.PUBLIC_RATE_LIMIT_PER_CLIENT ?? 60,
+  };
+  if (deps.elastic)
+    registerElasticRoutes(routes, {
+      ...deps.elastic,
+      requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
+      ...(ep
+        ? {
+            dedicated: {
+              endpoints: ep.runtime.endpoints,
+              upstream: ep.upstream,
+              usage: ep.usage,
+              dispatcher: ep.dispatcher,
+              config: dedicatedConfig,
+            },
+          }
+        : {}),
+    });
   if (ep && deps.catalog) {
-    const c = deps.config;
     registerEndpointRoutes(routes, {
       catalog: deps.catalog,
       publicUrl: c.PUBLIC_URL,
@@ -153,13 +180,7 @@ export function createApp(deps: AppDeps): express.Express {
       dispatcher: ep.dispatcher,
       usage: ep.usage,
       limiter: ep.limiter,
-      config: {
-        wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
-        requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
-        retries: c.PROXY_RETRIES ?? 2,
-        publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
-        publicLimitPerClient: c.PUBLIC_RATE_LIMIT_PER_CLIENT ?? 60,
-      },
+      config: dedicatedConfig,
     });
   } else {
     api.all(['/endpoints', '/endpoints/*rest', '/d/*rest'], () => {

@@ -60,16 +60,16 @@ export const configSchema = z
     MAX_BODY_BYTES: positiveInt('bytes')
       .default(1_048_576)
       .describe('Largest accepted request body; larger gets 413'),
-    BERTH_MODELS: z
+    BERTH_MODELS_FILE: z
       .string()
-      .default('llama-3.1-8b-instruct,qwen2.5-7b-instruct')
-      .transform((s) =>
-        s
-          .split(',')
-          .map((m) => m.trim())
-          .filter(Boolean),
-      )
-      .describe('Comma-separated model catalog listed by GET /api/models'),
+      .min(1)
+      .optional()
+      .describe(
+        'JSON/YAML file of Elastic catalog entries (`{"models": {"<name>": <entry>}}`), applied at start-up (idempotent)',
+      ),
+    ELASTIC_COOLDOWN_MS: positiveInt('milliseconds')
+      .default(5_000)
+      .describe('How long an Elastic backend that failed (5xx, connection error, 429) is skipped'),
     SHUTDOWN_GRACE_MS: positiveInt('milliseconds')
       .default(15_000)
       .describe('On SIGTERM, how long requests in flight may finish before the process exits'),
@@ -213,7 +213,7 @@ export const configSchema = z
       )
       .optional()
       .describe(
-        "Key that seals secrets at rest (MCP servers' headers). Unset: generated into BERTH_DATA_DIR with the embedded database; with DATABASE_URL, tools with headers are refused",
+        "Key that seals secrets at rest (MCP servers' headers, Elastic external backends' API keys). Unset: generated into BERTH_DATA_DIR with the embedded database; with DATABASE_URL, such secrets are refused",
       ),
     MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
       .default(16)

@@ -63,6 +63,8 @@ const table = {
     message: 'Secrets cannot be stored: set BERTH_SECRETS_KEY on the API (e.g. `openssl rand -hex 32`)',
   },
   not_found: { status: 404, type: 'invalid_request_error', message: 'Not found' },
+  model_not_found: { status: 404, type: 'invalid_request_error', message: 'The model does not exist' },
+  catalog_conflict: { status: 409, type: 'invalid_request_error', message: 'The catalog entry is in use' },
   method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed' },
   idempotency_conflict: {
     status: 409,

@@ -1,5 +1,5 @@
 // The OpenAPI document as a file: the same document GET /openapi.json serves, built from the routes'
-// own declarations with every optional part (billing, dedicated endpoints) present. Nothing runs: the
+// own declarations with every optional part (billing, dedicated endpoints, Elastic, tools, sign-in) present. Nothing runs: the
 // dependencies are never called while routes are declared. `npm run openapi -w @berth/api` writes it
 // to apps/api/generated/openapi.json (+ openapi.d.ts); a test fails when the file is stale.
 import { DEFAULT_CATALOG } from '@berth/crds';
@@ -19,10 +19,13 @@ const unused = unusedDep('deps');
 
 export function openapiDocument(): Record<string, unknown> {
   const deps: AppDeps = {
-    config: { MAX_BODY_BYTES: 1_000_000, BERTH_MODELS: [] },
+    config: { MAX_BODY_BYTES: 1_000_000 },
     catalog: DEFAULT_CATALOG,
     endpoints: { runtime: unused, upstream: unused, dispatcher: unused, usage: unused, limiter: unused },
     billing: unused,
+    elastic: unused,
+    tools: unused,
+    auth: unused,
     adminToken: 'unused-admin-token-for-the-document',
     keys: unused,
     health: unused,

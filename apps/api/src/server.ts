@@ -38,6 +38,7 @@ import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
 export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
 import { toolRepository } from './repositories/tools.ts';
 import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
+import { startElastic, type Elastic } from './elastic/index.ts';
 
 export interface RunningApi {
   url: string;
@@ -110,6 +111,7 @@ export async function startApi(
   let billing: Billing | undefined;
   let gpuMeter: Leadership | undefined;
   let auth: DashboardAuth | undefined;
+  let elastic: Elastic | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const metrics = createMetrics();
@@ -136,10 +138,10 @@ export async function startApi(
       limiter = config.REDIS_URL ? await redisRateLimiter(config.REDIS_URL, logger) : memoryRateLimiter();
       await runtime.ready();
       upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
-      dispatcher = proxyAgent();
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
     }
+    dispatcher = proxyAgent();
     const adminToken = config.ADMIN_TOKEN ?? (await embeddedAdminToken(config.BERTH_DATA_DIR, logger));
     bus = config.DATABASE_URL
       ? await postgresRevocationBus({
@@ -168,6 +170,16 @@ export async function startApi(
           })
         : soleLeadership(work, logger);
     }
+    const secrets = await secretsSealer(config, logger);
+    elastic = await startElastic({
+      config,
+      db,
+      logger,
+      wallet: billing.wallet,
+      dispatcher,
+      ...(secrets ? { sealer: secrets } : {}),
+      ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
+    });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -179,7 +191,6 @@ export async function startApi(
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
     });
     auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
-    const secrets = await secretsSealer(config, logger);
     const lifecycle: Lifecycle = { shuttingDown: false };
     const app = createApp({
       config,
@@ -198,6 +209,7 @@ export async function startApi(
       auth,
       webDir: WEB_DIR,
       tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
+      elastic,
     });
 
     server.off('request', starting);
@@ -223,6 +235,7 @@ export async function startApi(
     const bill = billing;
     const meter = gpuMeter;
     const au = auth;
+    const el = elastic;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -248,6 +261,7 @@ export async function startApi(
           await d?.close();
           await u?.close();
           await l?.close();
+          await el.close();
           await bill.close();
           au.close();
           await k.close();
@@ -265,6 +279,7 @@ export async function startApi(
     await dispatcher?.close();
     await usage?.close();
     await limiter?.close();
+    await elastic?.close();
     await billing?.close();
     auth?.close();
     await keys?.close();

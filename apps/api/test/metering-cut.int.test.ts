@@ -51,7 +51,7 @@ beforeAll(async () => {
   sim = await startEngineSim({ model: 'berth/bench', ttftMs: 0, itlMs: 50, outputTokens: 200 });
   usage = usageRecorder(usageRepository(db.prisma), logger, 60_000);
   const app = createApp({
-    config: { MAX_BODY_BYTES: 1 << 20, BERTH_MODELS: [], PROXY_RETRIES: 0 },
+    config: { MAX_BODY_BYTES: 1 << 20, PROXY_RETRIES: 0 },
     adminToken: 'x'.repeat(20),
     keys,
     health: healthRepository(db.prisma),

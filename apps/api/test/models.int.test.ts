@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
@@ -5,7 +8,12 @@ import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 let api: TestApi;
 let acct: Awaited<ReturnType<TestApi['newAccount']>>;
 beforeAll(async () => {
-  api = await startTestApi({ BERTH_MODELS: 'model-a, model-b' });
+  // The catalog from BERTH_MODELS_FILE (YAML), as the Helm chart writes it.
+  const file = path.join(mkdtempSync(path.join(tmpdir(), 'berth-models-')), 'models.yaml');
+  const entry = (upstream: string) =>
+    `    kind: chat\n    backends: [{baseUrl: "http://127.0.0.1:9/v1", model: ${upstream}}]\n    pricing: {inputPerMTok: "0.10", outputPerMTok: "0.30"}\n`;
+  writeFileSync(file, `models:\n  model-b:\n${entry('b')}  model-a:\n${entry('a')}`);
+  api = await startTestApi({ BERTH_MODELS_FILE: file });
   acct = await api.newAccount();
 });
 afterAll(async () => api?.stop());
@@ -16,7 +24,7 @@ const dual = (message: string, code: string, type = 'invalid_request_error') => 
 });
 
 describe('GET /api/models', () => {
-  it('lists the configured catalog in OpenAI shape, for inference and global keys', async () => {
+  it('lists the catalog in OpenAI shape, for inference and global keys', async () => {
     for (const key of [acct.inference, acct.global]) {
       const res = await fetch(api.url + '/api/models', { headers: bearer(key) });
       expect(res.status).toBe(200);

@@ -55,7 +55,6 @@ beforeAll(async () => {
   const app = createApp({
     config: {
       MAX_BODY_BYTES: 1 << 20,
-      BERTH_MODELS: [],
       WAKE_HOLD_TIMEOUT_MS: 800,
       REQUEST_TIMEOUT_MS: 1500,
       PROXY_RETRIES: 0,

@@ -3,13 +3,14 @@ import type { Request, Response } from 'express';
 import type { Dispatcher } from 'undici';
 import { isEndpointId, type DedicatedEndpoint } from '@berth/crds';
 import { ApiError, errorFrame } from '../errors.ts';
-import type { PublicAccess } from '../http/auth.ts';
+import type { Caller, PublicAccess } from '../http/auth.ts';
 import type { Routes } from '../http/routes.ts';
 import { jsonObjectBody } from '../http/validate.ts';
 import { openaiError } from '../openapi.ts';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import { forward } from '../proxy/forward.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
+import { callScope, ClientGone, seconds } from '../proxy/scope.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
 import type { Refusal, Upstream } from '../upstream/types.ts';
 
@@ -32,13 +33,6 @@ export interface DedicatedDeps {
 export const HOLD_HEADER = 'x-berth-hold';
 const RETRY_BUILDING = '30';
 const RETRY_WAKING = '10';
-
-class ClientGone extends Error {}
-
-/** `780 s`, `1.5 s`: whole seconds as they are, others to a tenth (never rounded to a wrong limit). */
-function seconds(ms: number): string {
-  return ms % 1000 === 0 ? `${ms / 1000} s` : `${(ms / 1000).toFixed(1)} s`;
-}
 
 function endpointOf(req: Request, endpoints: EndpointCache): DedicatedEndpoint {
   const id = String(req.params.id);
@@ -165,65 +159,66 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
       },
       async ({ req, res, caller, body }) => {
         const endpoint = endpointOf(req, deps.endpoints);
-        const id = endpoint.metadata.name;
         if (caller.principal && caller.accountId !== endpoint.spec.account)
           throw new ApiError('endpoint_access_denied');
         const payload = body() as Record<string, unknown> | undefined;
-
-        // Everything that ends this request early: the client leaving, its key being revoked, and
-        // the wall-clock limit.
-        const controller = new AbortController();
-        const onClose = () => {
-          if (!res.writableFinished) controller.abort(new ClientGone());
-        };
-        res.on('close', onClose);
-        const limit = setTimeout(
-          () =>
-            controller.abort(
-              new ApiError('gateway_timeout', {
-                message: `The request exceeded the wall-clock limit of ${seconds(deps.config.requestTimeoutMs)}`,
-              }),
-            ),
-          deps.config.requestTimeoutMs,
-        );
-        const revoked = () => controller.abort(caller.signal?.reason);
-        caller.signal?.addEventListener('abort', revoked, { once: true });
-        let release = () => {};
-        try {
-          const hold = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
-          const acquired = await deps.upstream.acquire(endpoint, { hold, signal: controller.signal });
-          if (!acquired.ok) {
-            if (acquired.reason === 'aborted') throw controller.signal.reason;
-            throw refusalError(id, acquired, deps.config.wakeHoldMs);
-          }
-          release = () => acquired.lease.release();
-          const usage = await forward(
-            {
-              upstream: acquired.lease,
-              method: method === 'post' ? 'POST' : 'GET',
-              path: upstreamPath,
-              body: payload,
-              requestId: String(res.locals.requestId),
-              signal: controller.signal,
-            },
-            res,
-            { dispatcher: deps.dispatcher, retries: deps.config.retries },
-          );
-          if (usage) deps.usage.record({ accountId: caller.accountId, endpointId: id, ...usage });
-        } catch (err) {
-          if (err instanceof ClientGone) return;
-          if (res.headersSent) {
-            if (!res.writableEnded && err instanceof ApiError) res.end(errorFrame(err) + 'data: [DONE]\n\n');
-            return;
-          }
-          throw err;
-        } finally {
-          clearTimeout(limit);
-          res.off('close', onClose);
-          caller.signal?.removeEventListener('abort', revoked);
-          release();
-        }
+        return callDedicated(deps, endpoint, { req, res, caller, method, upstreamPath, payload });
       },
     );
+  }
+}
+
+/**
+ * Calls a dedicated endpoint the caller may use (checked by the route): hold while it wakes, forward,
+ * record the usage. `/api/d/{id}/…` and the Elastic routes (a `model` naming an `endpt-…`) share it.
+ */
+export async function callDedicated(
+  deps: Pick<DedicatedDeps, 'upstream' | 'usage' | 'dispatcher' | 'config'>,
+  endpoint: DedicatedEndpoint,
+  call: {
+    req: Request;
+    res: Response;
+    caller: Caller;
+    method: 'get' | 'post';
+    upstreamPath: string;
+    payload: Record<string, unknown> | undefined;
+  },
+): Promise<void> {
+  const { req, res, caller, method, upstreamPath, payload } = call;
+  const id = endpoint.metadata.name;
+
+  const scope = callScope(res, caller.signal, deps.config.requestTimeoutMs);
+  let release = () => {};
+  try {
+    const hold = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
+    const acquired = await deps.upstream.acquire(endpoint, { hold, signal: scope.signal });
+    if (!acquired.ok) {
+      if (acquired.reason === 'aborted') throw scope.signal.reason;
+      throw refusalError(id, acquired, deps.config.wakeHoldMs);
+    }
+    release = () => acquired.lease.release();
+    const usage = await forward(
+      {
+        upstream: acquired.lease,
+        method: method === 'post' ? 'POST' : 'GET',
+        path: upstreamPath,
+        body: payload,
+        requestId: String(res.locals.requestId),
+        signal: scope.signal,
+      },
+      res,
+      { dispatcher: deps.dispatcher, retries: deps.config.retries },
+    );
+    if (usage) deps.usage.record({ accountId: caller.accountId, endpointId: id, ...usage });
+  } catch (err) {
+    if (err instanceof ClientGone) return;
+    if (res.headersSent) {
+      if (!res.writableEnded && err instanceof ApiError) res.end(errorFrame(err) + 'data: [DONE]\n\n');
+      return;
+    }
+    throw err;
+  } finally {
+    scope.end();
+    release();
   }
 }
