@@ -9,6 +9,7 @@ import type { ApiMetrics } from './metrics.ts';
 import { ApiDoc } from './openapi.ts';
 import { Routes } from './http/routes.ts';
 import type { HealthRepository } from './repositories/keys.ts';
+import type { AccountRepository } from './repositories/accounts.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerHealthRoutes, type Lifecycle } from './routes/health.ts';
 import { registerKeyRoutes } from './routes/keys.ts';
@@ -56,6 +57,8 @@ export interface AppDeps {
   billing?: Billing;
   adminToken: string;
   keys: KeyService;
+  /** GET /admin/accounts (absent in tests that do not need it). */
+  accounts?: AccountRepository;
   health: HealthRepository;
   metrics: ApiMetrics;
   logger: Logger;

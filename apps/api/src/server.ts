@@ -15,6 +15,7 @@ import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
+import { accountRepository } from './repositories/accounts.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
 import {
@@ -176,6 +177,7 @@ export async function startApi(
       adminToken,
       keys,
       health: healthRepository(db.prisma),
+      accounts: accountRepository(db.prisma),
       metrics,
       logger,
       lifecycle,

@@ -52,10 +52,16 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 /** An upstream error status and body, in our error contract. */
 export function upstreamError(status: number, text: string): ApiError {
   let message: string | undefined;
+  let param: string | null = null;
   try {
-    const body = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
+    const body = JSON.parse(text) as {
+      error?: { message?: unknown; param?: unknown } | string;
+      message?: unknown;
+    };
     const m = typeof body.error === 'object' ? body.error?.message : (body.message ?? body.error);
     if (typeof m === 'string' && m) message = m;
+    // The field the engine blames (e.g. "model", "max_tokens"): the same name in the caller's body.
+    if (typeof body.error === 'object' && typeof body.error?.param === 'string') param = body.error.param;
   } catch {
     // not JSON
   }
@@ -65,6 +71,7 @@ export function upstreamError(status: number, text: string): ApiError {
   return new ApiError('engine_error', {
     status,
     message: message ?? `The inference engine answered ${status}`,
+    param,
   });
 }
 

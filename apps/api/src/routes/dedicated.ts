@@ -116,6 +116,25 @@ function refusalError(id: string, r: Exclude<Refusal, { reason: 'aborted' }>, ho
   }
 }
 
+/**
+ * An endpoint serves one model: `model` may be omitted, the endpoint's id or the model's hub id, and
+ * the engine is asked for the served model (which names itself in the answer). Anything else is
+ * refused here rather than with the engine's 404, naming what the endpoint serves.
+ */
+export function servedModelBody(
+  endpoint: DedicatedEndpoint,
+  body: Record<string, unknown>,
+): Record<string, unknown> {
+  const served = endpoint.spec.model.id;
+  const asked = body.model;
+  if (asked === served) return body;
+  if (asked === undefined || asked === endpoint.metadata.name) return { ...body, model: served };
+  throw new ApiError('model_not_served', {
+    message: `Endpoint ${endpoint.metadata.name} serves the model ${JSON.stringify(served)}, not ${JSON.stringify(asked)}: send that model, the endpoint id, or no model`,
+    param: 'model',
+  });
+}
+
 const ROUTES = [
   {
     method: 'post',
@@ -148,10 +167,15 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
         auth,
         summary,
         description:
-          'Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).',
+          'Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).',
         ...(method === 'post' ? { body: jsonObjectBody } : {}),
         responses: {
           200: { description: 'The engine’s answer, streamed as it is produced' },
+          400: {
+            description:
+              'Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`)',
+            schema: openaiError,
+          },
           401: { description: 'Missing or invalid key', schema: openaiError },
           403: {
             description: 'Another account’s endpoint: `Forbidden: Access denied.`',
@@ -168,7 +192,8 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
         const id = endpoint.metadata.name;
         if (caller.principal && caller.accountId !== endpoint.spec.account)
           throw new ApiError('endpoint_access_denied');
-        const payload = body() as Record<string, unknown> | undefined;
+        const raw = body() as Record<string, unknown> | undefined;
+        const payload = raw && servedModelBody(endpoint, raw);
 
         // Everything that ends this request early: the client leaving, its key being revoked, and
         // the wall-clock limit.
