@@ -2,6 +2,7 @@
 // the process with a message that names the variable and says what to fix.
 import { reconcilerEnv } from '@berth/operator';
 import { z } from 'zod';
+import { parseSecretsKey } from './secrets/sealed.ts';
 
 const port = z.coerce
   .number({ error: 'must be a number' })
@@ -108,6 +109,11 @@ export const configSchema = z
       .describe(
         'How long a request to a sleeping endpoint is held while it wakes (OpenAI SDKs time out at 600 s)',
       ),
+    WAKE_HEARTBEAT_MS: positiveInt('milliseconds')
+      .default(5_000)
+      .describe(
+        'How often a held streaming request receives an SSE comment (`: waking <phase> <elapsed>s`) while its endpoint wakes',
+      ),
     REQUEST_TIMEOUT_MS: positiveInt('milliseconds')
       .default(780_000)
       .describe('Wall-clock limit of one proxied call, streaming included (13 minutes)'),
@@ -182,6 +188,41 @@ export const configSchema = z
       .describe(
         "How often the GPU meter re-reads every endpoint's replicas (besides every change it is told of): a replica that ends while no API replica runs is billed up to the last such pass",
       ),
+    // ── Dashboard sign-in (auth/, routes/auth.ts) ──
+    BERTH_OIDC_ISSUER: z
+      .string()
+      .url('must be the issuer URL of an OpenID Connect provider, e.g. https://accounts.google.com')
+      .refine((u) => {
+        const url = new URL(u);
+        return url.protocol === 'https:' || isLoopbackHost(url.hostname);
+      }, 'must be an https:// URL (plain http:// only for a provider on localhost)')
+      .optional()
+      .describe('OpenID Connect issuer the dashboard signs in with (its /.well-known/openid-configuration)'),
+    BERTH_OIDC_CLIENT_ID: z.string().min(1).optional().describe('The dashboard’s client id at that issuer'),
+    BERTH_OIDC_CLIENT_SECRET: z.string().min(1).optional().describe('The dashboard’s client secret'),
+    BERTH_DEV_IDP: z
+      .enum(['auto', 'true', 'false'], { error: 'must be auto, true or false' })
+      .default('auto')
+      .describe(
+        'The in-process development identity provider at /idp. auto: on with the embedded database and no BERTH_OIDC_ISSUER',
+      ),
+    BERTH_SESSION_TTL_HOURS: positiveInt('hours')
+      .default(12)
+      .describe('How long a dashboard session lasts after sign-in'),
+    // ── Managed tools (apps/api/src/tools) ──
+    BERTH_SECRETS_KEY: z
+      .string()
+      .refine(
+        (v) => parseSecretsKey(v) !== undefined,
+        'must be 32 bytes as 64 hex digits or base64 (use e.g. `openssl rand -hex 32`)',
+      )
+      .optional()
+      .describe(
+        "Key that seals secrets at rest (MCP servers' headers). Unset: generated into BERTH_DATA_DIR with the embedded database; with DATABASE_URL, tools with headers are refused",
+      ),
+    MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
+      .default(16)
+      .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
     // ──
   })
   .superRefine((c, ctx) => {
@@ -190,6 +231,28 @@ export const configSchema = z
         code: 'custom',
         path: ['BILLING_LEASE_TTL_MS'],
         message: 'must be at least three times BILLING_FLUSH_INTERVAL_MS (leases are renewed when flushed)',
+      });
+    }
+    const oidc = [c.BERTH_OIDC_ISSUER, c.BERTH_OIDC_CLIENT_ID, c.BERTH_OIDC_CLIENT_SECRET];
+    if (oidc.some(Boolean) && !oidc.every(Boolean)) {
+      for (const [name, v] of [
+        ['BERTH_OIDC_ISSUER', c.BERTH_OIDC_ISSUER],
+        ['BERTH_OIDC_CLIENT_ID', c.BERTH_OIDC_CLIENT_ID],
+        ['BERTH_OIDC_CLIENT_SECRET', c.BERTH_OIDC_CLIENT_SECRET],
+      ] as const)
+        if (!v)
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message:
+              'is required too: BERTH_OIDC_ISSUER, BERTH_OIDC_CLIENT_ID and BERTH_OIDC_CLIENT_SECRET go together',
+          });
+    }
+    if (c.BERTH_OIDC_ISSUER && c.BERTH_DEV_IDP === 'true') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['BERTH_DEV_IDP'],
+        message: 'cannot be true with BERTH_OIDC_ISSUER set: the dashboard signs in with one provider',
       });
     }
     if (c.DATABASE_URL && !c.ADMIN_TOKEN) {
@@ -202,6 +265,11 @@ export const configSchema = z
   });
 
 export type Config = z.infer<typeof configSchema>;
+
+/** localhost, 127.x.x.x, [::1]: where plain HTTP stays on this machine. */
+export function isLoopbackHost(hostname: string): boolean {
+  return hostname === 'localhost' || hostname === '[::1]' || /^127\./.test(hostname);
+}
 
 export class ConfigError extends Error {}
 

@@ -33,6 +33,12 @@ import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts'
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 import { startBilling, type Billing } from './billing/index.ts';
+import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
+
+/** The dashboard's static build (`npm run build -w @berth/web`). */
+export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
+import { toolRepository } from './repositories/tools.ts';
+import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 
 export interface RunningApi {
   url: string;
@@ -104,6 +110,7 @@ export async function startApi(
   let dispatcher: Agent | undefined;
   let billing: Billing | undefined;
   let gpuMeter: Leadership | undefined;
+  let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     if (kind === 'kubernetes') {
@@ -171,6 +178,8 @@ export async function startApi(
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
     });
+    auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
+    const secrets = await secretsSealer(config, logger);
     const lifecycle: Lifecycle = { shuttingDown: false };
     const app = createApp({
       config,
@@ -187,6 +196,9 @@ export async function startApi(
           ? { runtime, upstream, dispatcher, usage, limiter }
           : undefined,
       billing,
+      auth,
+      webDir: WEB_DIR,
+      tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
     });
 
     server.off('request', starting);
@@ -196,6 +208,7 @@ export async function startApi(
     server.headersTimeout = 60_000;
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;
+    auth.listening(port);
     const bound = bindHost(config, inCluster);
     const host = bound === '0.0.0.0' || bound === '::' ? '127.0.0.1' : bound;
     logger.info({ port, host: bound }, 'Berth API listening');
@@ -210,6 +223,7 @@ export async function startApi(
     const d = dispatcher;
     const bill = billing;
     const meter = gpuMeter;
+    const au = auth;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -236,6 +250,7 @@ export async function startApi(
           await u?.close();
           await l?.close();
           await bill.close();
+          au.close();
           await k.close();
           await b.close();
           await db.close();
@@ -252,6 +267,7 @@ export async function startApi(
     await usage?.close();
     await limiter?.close();
     await billing?.close();
+    auth?.close();
     await keys?.close();
     await bus?.close();
     await db.close();
@@ -320,6 +336,33 @@ export function runtimeKind(config: Config, inCluster: boolean): 'kubernetes' | 
   if (config.BERTH_RUNTIME !== 'auto') return config.BERTH_RUNTIME;
   if (config.KUBECONFIG || inCluster) return 'kubernetes';
   return config.DATABASE_URL ? 'none' : 'local';
+}
+
+/**
+ * BERTH_SECRETS_KEY, or — with the embedded database, which lives in the same directory — one
+ * generated once into BERTH_DATA_DIR. With DATABASE_URL and no key, no secret can be stored.
+ */
+async function secretsSealer(config: Config, logger: Logger): Promise<Sealer | undefined> {
+  if (config.BERTH_SECRETS_KEY) return sealer(parseSecretsKey(config.BERTH_SECRETS_KEY)!);
+  if (config.DATABASE_URL) {
+    logger.warn(
+      'BERTH_SECRETS_KEY is not set: managed tools with headers (credentials) cannot be registered',
+    );
+    return undefined;
+  }
+  const file = path.join(config.BERTH_DATA_DIR, 'secrets-key');
+  const existing = (await readFile(file, 'utf8').catch(() => ''))?.trim();
+  const key = existing ? parseSecretsKey(existing) : undefined;
+  if (key) return sealer(key);
+  if (existing)
+    throw new Error(
+      `${file} does not hold a secrets key (64 hex digits); restore it or set BERTH_SECRETS_KEY`,
+    );
+  const fresh = newSecretsKey();
+  await mkdir(config.BERTH_DATA_DIR, { recursive: true });
+  await writeFile(file, fresh + '\n', { mode: 0o600 });
+  logger.info({ file }, 'generated a secrets key (set BERTH_SECRETS_KEY to choose one)');
+  return sealer(parseSecretsKey(fresh)!);
 }
 
 /**

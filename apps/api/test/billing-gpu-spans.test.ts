@@ -112,6 +112,17 @@ describe('replay', () => {
     ]);
   });
 
+  it('replicas the meter counted keep counting when their start, learnt later, is after its last observation', () => {
+    const before = run(null, [{ start: t('10:00') }], t('11:00')).meter!;
+    // After a restart the running replica's start comes from another clock: 11:05, after 11:00.
+    const spans = [{ start: t('11:05') }, { start: t('11:30') }];
+    expect(replay(before, spans, t('12:00'))).toEqual([
+      { replicas: 2, at: t('11:30') },
+      { replicas: 2, at: t('12:00') },
+    ]);
+    expect(brief(run(before, spans, t('12:00')).closed)).toEqual(['1×10:00-11:30']);
+  });
+
   it('a clock behind the meter (another replica ahead) replays nothing', () => {
     const before = run(null, [{ start: t('10:00') }], t('11:00')).meter!;
     expect(replay(before, [], t('10:59'))).toEqual([]);

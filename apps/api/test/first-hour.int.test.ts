@@ -1,10 +1,11 @@
 // Issue 20's API items, through the real app on PostgreSQL, a real engine simulator and an in-memory
 // endpoint runtime whose readiness the test controls: the accepted `model` forms and the 400, the
-// engine's `param` relayed, hardware ids, the admin's account list.
+// engine's `param` relayed, hardware ids, the admin's account list, heartbeats of held streams.
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { openMigratedDatabase } from '@berth/db';
 import { startEngineSim } from '@berth/engine-sim';
+import OpenAI from 'openai';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CATALOG } from '@berth/crds';
@@ -40,6 +41,8 @@ let sim: Awaited<ReturnType<typeof startEngineSim>>;
 let server: Server;
 let base: string;
 let key: string;
+let accountId: string;
+const HEARTBEAT_MS = 400;
 
 beforeAll(async () => {
   testDb = await createTestDatabase('first_hour');
@@ -54,7 +57,7 @@ beforeAll(async () => {
   upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
   sim = await startEngineSim({ model: SERVED, ttftMs: 0, itlMs: 0, outputTokens: 4 });
   const app = createApp({
-    config: { MAX_BODY_BYTES: 1 << 20, BERTH_MODELS: [], PROXY_RETRIES: 0 },
+    config: { MAX_BODY_BYTES: 1 << 20, BERTH_MODELS: [], PROXY_RETRIES: 0, WAKE_HEARTBEAT_MS: HEARTBEAT_MS },
     adminToken: ADMIN,
     keys,
     accounts: accountRepository(db.prisma),
@@ -76,6 +79,7 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const { account, key: created } = await keys.createAccount('first-hour');
   key = created.value;
+  accountId = account.id;
   runtime.setEndpoint(account.id, 'up');
   runtime.setAddresses([sim.url]);
 });
@@ -195,4 +199,73 @@ describe('GET /admin/accounts', () => {
     expect((await admin('?bogus=1')).status).toBe(400);
     expect((await admin('', 'wrong-token-0123456789')).status).toBe(401);
   });
+});
+
+describe('a streaming request held while the endpoint wakes', () => {
+  const held = async (run: () => Promise<void>) => {
+    runtime.setAddresses([]);
+    runtime.setEndpoint(accountId, 'hibernated');
+    try {
+      await run();
+    } finally {
+      runtime.setEndpoint(accountId, 'up');
+      runtime.setAddresses([sim.url]);
+    }
+  };
+
+  it('gets the headers at once and `: waking <phase> <elapsed>s` comments every interval, then the answer', () =>
+    held(async () => {
+      const started = Date.now();
+      const res = await chat({ stream: true });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+      const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+      let text = '';
+      const beats: number[] = [];
+      while (beats.length < 3) {
+        const { value } = await reader.read();
+        text += value ?? '';
+        while (beats.length < (text.match(/^: waking /gm)?.length ?? 0)) beats.push(Date.now() - started);
+      }
+      expect(text).toMatch(/^: waking hibernated 0s\n\n: waking hibernated [01]s\n\n/);
+      // Every HEARTBEAT_MS (not a burst): the third at least two intervals after the first.
+      expect(beats[2]! - beats[0]!).toBeGreaterThanOrEqual(2 * HEARTBEAT_MS - 50);
+      runtime.setAddresses([sim.url]);
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += value;
+      }
+      expect(text).toMatch(/data: \{"id":"chatcmpl-[^\n]*"model":"berth\/bench"/);
+      expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+    }));
+
+  it('the official openai SDK ignores the comments and gets the answer', () =>
+    held(async () => {
+      const client = new OpenAI({ baseURL: `${base}/api/d/${ID}`, apiKey: key, maxRetries: 0 });
+      const stream = await client.chat.completions.create({
+        model: SERVED,
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 4,
+        stream: true,
+      });
+      setTimeout(() => runtime.setAddresses([sim.url]), 3 * HEARTBEAT_MS);
+      let content = '';
+      let chunks = 0;
+      for await (const chunk of stream) {
+        chunks++;
+        content += chunk.choices[0]?.delta?.content ?? '';
+      }
+      expect(chunks).toBeGreaterThan(1);
+      expect(content.length).toBeGreaterThan(0);
+    }));
+
+  it('non-streaming requests are held silently, as before', () =>
+    held(async () => {
+      setTimeout(() => runtime.setAddresses([sim.url]), 3 * HEARTBEAT_MS);
+      const res = await chat({});
+      expect(res.status).toBe(200);
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      expect((await res.json()).model).toBe(SERVED);
+    }));
 });

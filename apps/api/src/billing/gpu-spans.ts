@@ -30,6 +30,10 @@ export function replicasAt(spans: readonly ReplicaSpan[], t: Date): number {
  * fairest guess, as the meter was told nothing later; then one step per change after it; then `now`,
  * which only moves the meter's last observation when nothing changed (a heartbeat that bounds what an
  * unseen end can cost). Nothing for an endpoint that never ran and has no meter.
+ *
+ * The meter's last observation is trusted: if it counted N replicas then, the N oldest spans still
+ * running after it are those replicas, even if their start, as known now, is later (a start taken
+ * from the cluster's clock, after a restart, may be skewed from the meter's).
  */
 export function replay(
   meter: { replicas: number; lastObservedAt: Date } | null,
@@ -39,6 +43,13 @@ export function replay(
   if (!meter && spans.length === 0) return [];
   const from = meter?.lastObservedAt;
   if (from && from > now) return [];
+  if (from && meter.replicas > 0) {
+    const counted = spans
+      .filter((s) => !s.end || s.end > from)
+      .sort((a, b) => a.start.getTime() - b.start.getTime())
+      .slice(0, meter.replicas);
+    spans = spans.map((s) => (counted.includes(s) && s.start > from ? { ...s, start: from } : s));
+  }
   const steps: ReplayStep[] = [];
   let current = meter?.replicas ?? 0;
   if (from) {

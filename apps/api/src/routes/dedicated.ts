@@ -9,6 +9,7 @@ import { jsonObjectBody } from '../http/validate.ts';
 import { openaiError } from '../openapi.ts';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import { forward } from '../proxy/forward.ts';
+import { wakeHeartbeat } from '../proxy/heartbeat.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
 import type { Refusal, Upstream } from '../upstream/types.ts';
@@ -21,6 +22,8 @@ export interface DedicatedDeps {
   dispatcher: Dispatcher;
   config: {
     wakeHoldMs: number;
+    /** Interval of the SSE comments a held streaming request receives. */
+    wakeHeartbeatMs: number;
     requestTimeoutMs: number;
     retries: number;
     publicLimitPerEndpoint: number;
@@ -157,7 +160,7 @@ const ROUTES = [
 ] as const;
 
 export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): void {
-  const auth = { scopes: ['inference', 'global'], public: publicAccess(deps) } as const;
+  const auth = { scopes: ['inference', 'global'], public: publicAccess(deps), session: 'inference' } as const;
   for (const { method, path, upstreamPath, summary } of ROUTES) {
     routes.add(
       {
@@ -216,7 +219,15 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
         let release = () => {};
         try {
           const hold = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
-          const acquired = await deps.upstream.acquire(endpoint, { hold, signal: controller.signal });
+          const phase = () => deps.endpoints.get(id)?.status?.phase ?? 'waking';
+          const sleeping = ['hibernated', 'waking'].includes(phase());
+          const stopBeats =
+            hold > 0 && sleeping && payload?.stream === true
+              ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
+              : () => {};
+          const acquired = await deps.upstream
+            .acquire(endpoint, { hold, signal: controller.signal })
+            .finally(stopBeats);
           if (!acquired.ok) {
             if (acquired.reason === 'aborted') throw controller.signal.reason;
             throw refusalError(id, acquired, deps.config.wakeHoldMs);

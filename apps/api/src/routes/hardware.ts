@@ -32,7 +32,7 @@ export function registerHardwareRoutes(routes: Routes, deps: { catalog: Catalog 
       method: 'get',
       path: '/api/hardware',
       tag: 'endpoints',
-      auth: { scopes: ['inference', 'compute', 'global'] },
+      auth: { scopes: ['inference', 'compute', 'global'], session: 'manage' },
       summary:
         'Instance types: `id` (what `hardware.gpuType` takes), display name, GPU memory, allowed GPU counts, availability',
       responses: {

@@ -103,8 +103,11 @@ export async function startK8sGpuMeter(o: K8sGpuMeterOptions): Promise<() => Pro
     () => custom.listNamespacedCustomObject(coords),
   );
 
-  /** By pod uid. Deleted pods stay here until a sync has written their end. */
-  const memory = new Map<string, PodMemory & { endpointId: string; pod: V1Pod; gone: boolean }>();
+  /**
+   * By pod uid. A span's times are fixed when first known (a moving test clock would otherwise move
+   * them). Deleted pods stay here until a sync has written their end.
+   */
+  const memory = new Map<string, PodMemory & { endpointId: string; gone: boolean; span?: ReplicaSpan }>();
   /** Endpoints seen deleted (no finalizer of ours held them): when. */
   const deletedAt = new Map<string, Date>();
   const deletingSeenAt = new Map<string, Date>();
@@ -114,11 +117,15 @@ export async function startK8sGpuMeter(o: K8sGpuMeterOptions): Promise<() => Pro
     const endpointId = pod.metadata?.labels?.[LABEL_ENDPOINT];
     if (!uid || !endpointId) return;
     const now = o.now();
-    const m = memory.get(uid) ?? { endpointId, pod, gone: false };
-    m.pod = pod;
+    const m = memory.get(uid) ?? { endpointId, gone: false };
     if (pod.spec?.nodeName) m.seenAt ??= now;
     if ((gone || TERMINAL.has(pod.status?.phase ?? '')) && !m.endedAt) m.endedAt = now;
     m.gone ||= gone;
+    const span = podSpan(pod, m, toClock);
+    if (span) {
+      m.span ??= { start: span.start };
+      if (span.end) m.span.end ??= span.end;
+    }
     memory.set(uid, m);
     schedule(endpointId);
   };
@@ -189,11 +196,7 @@ export async function startK8sGpuMeter(o: K8sGpuMeterOptions): Promise<() => Pro
   const observe = async (ep: DedicatedEndpoint, until: Date) => {
     const id = ep.metadata.name;
     const spans: ReplicaSpan[] = [];
-    for (const m of memory.values()) {
-      if (m.endpointId !== id) continue;
-      const s = podSpan(m.pod, m, toClock);
-      if (s) spans.push(s);
-    }
+    for (const m of memory.values()) if (m.endpointId === id && m.span) spans.push(m.span);
     const meter = await o.gpu.meter(id);
     if (meter?.terminatedAt) return;
     for (const step of replay(meter, spans, until)) {
