@@ -20,6 +20,7 @@ import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
 import type { EndpointRuntime } from './endpoints/ports.ts';
+import type { EndpointMetrics } from './endpoints/metrics.ts';
 import type { RateLimiter } from './proxy/ratelimit.ts';
 import type { UsageRecorder } from './proxy/usage.ts';
 import type { PlatformUpstream } from './upstream/platform.ts';
@@ -59,6 +60,8 @@ export interface AppDeps {
     dispatcher: Dispatcher;
     usage: UsageRecorder;
     limiter: RateLimiter;
+    /** Per-endpoint series on /metrics. */
+    metrics?: EndpointMetrics;
   };
   /** Balances, the ledger, GPU invoices: absent in tests that do not need them (no routes then). */
   billing?: Billing;
@@ -157,6 +160,7 @@ export function createApp(deps: AppDeps): express.Express {
       dispatcher: ep.dispatcher,
       usage: ep.usage,
       limiter: ep.limiter,
+      ...(ep.metrics ? { metrics: ep.metrics } : {}),
       config: {
         wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
         wakeHeartbeatMs: c.WAKE_HEARTBEAT_MS ?? 5_000,

@@ -13,6 +13,7 @@ import { localRevocationBus, postgresRevocationBus, type RevocationBus } from '.
 import { keyService, type KeyService } from './keys/service.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
+import { endpointMetrics, type EndpointMetrics } from './endpoints/metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
 import { accountRepository } from './repositories/accounts.ts';
@@ -113,6 +114,8 @@ export async function startApi(
   let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
+    const metrics = createMetrics();
+    let epMetrics: EndpointMetrics | undefined;
     if (kind === 'kubernetes') {
       runtime = kubernetesRuntime(config, logger);
     } else if (kind === 'local') {
@@ -126,7 +129,13 @@ export async function startApi(
       usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS);
       limiter = config.REDIS_URL ? await redisRateLimiter(config.REDIS_URL, logger) : memoryRateLimiter();
       await runtime.ready();
-      upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
+      epMetrics = endpointMetrics(metrics.registry, runtime.endpoints);
+      upstream = platformUpstream({
+        endpoints: runtime.endpoints,
+        backends: runtime.backends,
+        logger,
+        onWoken: epMetrics.woken,
+      });
       dispatcher = proxyAgent();
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
@@ -139,7 +148,6 @@ export async function startApi(
           logger,
         })
       : localRevocationBus();
-    const metrics = createMetrics();
     billing = await startBilling({
       config,
       db,
@@ -193,7 +201,7 @@ export async function startApi(
       catalog,
       endpoints:
         runtime && upstream && dispatcher && usage && limiter
-          ? { runtime, upstream, dispatcher, usage, limiter }
+          ? { runtime, upstream, dispatcher, usage, limiter, ...(epMetrics ? { metrics: epMetrics } : {}) }
           : undefined,
       billing,
       auth,

@@ -14,6 +14,7 @@ import { keyHasher } from '../src/keys/format.ts';
 import { localRevocationBus } from '../src/keys/revocation-bus.ts';
 import { keyService, type KeyService } from '../src/keys/service.ts';
 import { createMetrics } from '../src/metrics.ts';
+import { endpointMetrics, type EndpointMetrics } from '../src/endpoints/metrics.ts';
 import { proxyAgent } from '../src/proxy/agent.ts';
 import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
 import { usageRecorder } from '../src/proxy/usage.ts';
@@ -27,6 +28,7 @@ import {
   type MemoryRuntime,
 } from '@berth/test/support/memory-runtime';
 import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
+import { eventually } from '@berth/test/support/eventually';
 
 const ADMIN = 'first-hour-admin-token';
 const SERVED = 'berth/bench';
@@ -43,6 +45,8 @@ let base: string;
 let key: string;
 let accountId: string;
 const HEARTBEAT_MS = 400;
+const metrics = createMetrics();
+let endpointSeries: EndpointMetrics;
 
 beforeAll(async () => {
   testDb = await createTestDatabase('first_hour');
@@ -54,7 +58,13 @@ beforeAll(async () => {
     touchIntervalMs: 60_000,
   });
   runtime = memoryRuntime();
-  upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
+  endpointSeries = endpointMetrics(metrics.registry, runtime.endpoints);
+  upstream = platformUpstream({
+    endpoints: runtime.endpoints,
+    backends: runtime.backends,
+    logger,
+    onWoken: endpointSeries.woken,
+  });
   sim = await startEngineSim({ model: SERVED, ttftMs: 0, itlMs: 0, outputTokens: 4 });
   const app = createApp({
     config: { MAX_BODY_BYTES: 1 << 20, BERTH_MODELS: [], PROXY_RETRIES: 0, WAKE_HEARTBEAT_MS: HEARTBEAT_MS },
@@ -62,7 +72,7 @@ beforeAll(async () => {
     keys,
     accounts: accountRepository(db.prisma),
     health: healthRepository(db.prisma),
-    metrics: createMetrics(),
+    metrics,
     logger,
     lifecycle: { shuttingDown: false },
     catalog: DEFAULT_CATALOG,
@@ -72,6 +82,7 @@ beforeAll(async () => {
       dispatcher,
       usage: usageRecorder(usageRepository(db.prisma), logger, 60_000),
       limiter: memoryRateLimiter(),
+      metrics: endpointSeries,
     },
   });
   server = app.listen(0, '127.0.0.1');
@@ -268,4 +279,43 @@ describe('a streaming request held while the endpoint wakes', () => {
       expect(res.headers.get('content-type')).toMatch(/^application\/json/);
       expect((await res.json()).model).toBe(SERVED);
     }));
+});
+
+describe('/metrics', () => {
+  it('has per-endpoint series after a wake, labelled by endpoint id only', async () => {
+    // The streaming tests above woke the endpoint three times (each held call released by a replica).
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const value = (series: string) =>
+      Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+    const ep = `endpoint="${ID}"`;
+    expect(value(`berth_endpoint_phase{${ep},phase="up"}`)).toBe(1);
+    expect(value(`berth_endpoint_phase{${ep},phase="hibernated"}`)).toBe(0);
+    expect(value(`berth_endpoint_wake_duration_seconds_count{${ep}}`)).toBeGreaterThanOrEqual(3);
+    expect(value(`berth_endpoint_wake_duration_seconds_sum{${ep}}`)).toBeGreaterThan(0);
+    expect(value(`berth_endpoint_held_requests{${ep}}`)).toBe(0);
+    expect(value(`berth_endpoint_requests_total{${ep},code="200"}`)).toBeGreaterThanOrEqual(6);
+    expect(value(`berth_endpoint_requests_total{${ep},code="400"}`)).toBeGreaterThanOrEqual(4);
+    expect(value(`berth_endpoint_tokens_total{${ep},kind="prompt"}`)).toBeGreaterThan(0);
+    expect(value(`berth_endpoint_tokens_total{${ep},kind="completion"}`)).toBeGreaterThan(0);
+    expect(text).toMatch(/^# TYPE berth_endpoint_build_duration_seconds histogram$/m);
+    // Closed vocabulary: no account ids, key material or model names in any label.
+    expect(text).not.toMatch(/acct_|svc_live_|berth\/bench/);
+  });
+
+  it('counts a held call while it waits', async () => {
+    runtime.setAddresses([]);
+    runtime.setEndpoint(accountId, 'hibernated');
+    const pending = chat({});
+    const text = async () => (await fetch(`${base}/metrics`)).text();
+    await eventually(
+      async () => (await text()).includes(`berth_endpoint_held_requests{endpoint="${ID}"} 1`),
+      {
+        timeout: 5_000,
+      },
+    );
+    runtime.setEndpoint(accountId, 'up');
+    runtime.setAddresses([sim.url]);
+    expect((await pending).status).toBe(200);
+    expect(await text()).toContain(`berth_endpoint_held_requests{endpoint="${ID}"} 0`);
+  });
 });

@@ -10,6 +10,7 @@ import { openaiError } from '../openapi.ts';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import { forward } from '../proxy/forward.ts';
 import { wakeHeartbeat } from '../proxy/heartbeat.ts';
+import type { EndpointMetrics } from '../endpoints/metrics.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
 import type { Refusal, Upstream } from '../upstream/types.ts';
@@ -20,6 +21,8 @@ export interface DedicatedDeps {
   usage: UsageRecorder;
   limiter: RateLimiter;
   dispatcher: Dispatcher;
+  /** Per-endpoint series (absent in tests that do not read them). */
+  metrics?: EndpointMetrics;
   config: {
     wakeHoldMs: number;
     /** Interval of the SSE comments a held streaming request receives. */
@@ -195,6 +198,8 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
         const id = endpoint.metadata.name;
         if (caller.principal && caller.accountId !== endpoint.spec.account)
           throw new ApiError('endpoint_access_denied');
+        const metrics = deps.metrics;
+        if (metrics) res.once('close', () => metrics.proxied(id, res.statusCode));
         const raw = body() as Record<string, unknown> | undefined;
         const payload = raw && servedModelBody(endpoint, raw);
 
@@ -225,9 +230,10 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
             hold > 0 && sleeping && payload?.stream === true
               ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
               : () => {};
+          const unhold = sleeping && hold > 0 && metrics ? metrics.held(id) : () => {};
           const acquired = await deps.upstream
             .acquire(endpoint, { hold, signal: controller.signal })
-            .finally(stopBeats);
+            .finally(() => (stopBeats(), unhold()));
           if (!acquired.ok) {
             if (acquired.reason === 'aborted') throw controller.signal.reason;
             throw refusalError(id, acquired, deps.config.wakeHoldMs);
@@ -245,7 +251,10 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
             res,
             { dispatcher: deps.dispatcher, retries: deps.config.retries },
           );
-          if (usage) deps.usage.record({ accountId: caller.accountId, endpointId: id, ...usage });
+          if (usage) {
+            deps.usage.record({ accountId: caller.accountId, endpointId: id, ...usage });
+            metrics?.tokens(id, usage.promptTokens, usage.completionTokens);
+          }
         } catch (err) {
           if (err instanceof ClientGone) return;
           if (res.headersSent) {
