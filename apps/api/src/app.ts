@@ -9,6 +9,7 @@ import type { ApiMetrics } from './metrics.ts';
 import { ApiDoc } from './openapi.ts';
 import { Routes } from './http/routes.ts';
 import type { HealthRepository } from './repositories/keys.ts';
+import type { AccountRepository } from './repositories/accounts.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerHealthRoutes, type Lifecycle } from './routes/health.ts';
 import { registerKeyRoutes } from './routes/keys.ts';
@@ -21,6 +22,7 @@ import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
 import type { EndpointRuntime } from './endpoints/ports.ts';
+import type { EndpointMetrics } from './endpoints/metrics.ts';
 import type { RateLimiter } from './proxy/ratelimit.ts';
 import type { UsageRecorder } from './proxy/usage.ts';
 import type { PlatformUpstream } from './upstream/platform.ts';
@@ -44,6 +46,7 @@ export interface AppDeps {
         | 'PUBLIC_URL'
         | 'TRUST_PROXY'
         | 'WAKE_HOLD_TIMEOUT_MS'
+        | 'WAKE_HEARTBEAT_MS'
         | 'REQUEST_TIMEOUT_MS'
         | 'PROXY_RETRIES'
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
@@ -59,6 +62,8 @@ export interface AppDeps {
     dispatcher: Dispatcher;
     usage: UsageRecorder;
     limiter: RateLimiter;
+    /** Per-endpoint series on /metrics. */
+    metrics?: EndpointMetrics;
   };
   /** Elastic inference: the catalog and the call path (absent: no Elastic routes). */
   elastic?: { catalog: ElasticCatalog; caller: ElasticCaller };
@@ -72,6 +77,8 @@ export interface AppDeps {
   tools?: ToolRouteDeps;
   adminToken: string;
   keys: KeyService;
+  /** GET /admin/accounts (absent in tests that do not need it). */
+  accounts?: AccountRepository;
   health: HealthRepository;
   metrics: ApiMetrics;
   logger: Logger;
@@ -145,6 +152,7 @@ export function createApp(deps: AppDeps): express.Express {
   const c = deps.config;
   const dedicatedConfig = {
     wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
+    wakeHeartbeatMs: c.WAKE_HEARTBEAT_MS ?? 5_000,
     requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
     retries: c.PROXY_RETRIES ?? 2,
     publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
@@ -161,6 +169,7 @@ export function createApp(deps: AppDeps): express.Express {
               upstream: ep.upstream,
               usage: ep.usage,
               dispatcher: ep.dispatcher,
+              ...(ep.metrics ? { metrics: ep.metrics } : {}),
               config: dedicatedConfig,
             },
           }
@@ -180,6 +189,7 @@ export function createApp(deps: AppDeps): express.Express {
       dispatcher: ep.dispatcher,
       usage: ep.usage,
       limiter: ep.limiter,
+      ...(ep.metrics ? { metrics: ep.metrics } : {}),
       config: dedicatedConfig,
     });
   } else {

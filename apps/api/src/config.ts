@@ -109,6 +109,11 @@ export const configSchema = z
       .describe(
         'How long a request to a sleeping endpoint is held while it wakes (OpenAI SDKs time out at 600 s)',
       ),
+    WAKE_HEARTBEAT_MS: positiveInt('milliseconds')
+      .default(5_000)
+      .describe(
+        'How often a held streaming request receives an SSE comment (`: waking <phase> <elapsed>s`) while its endpoint wakes',
+      ),
     REQUEST_TIMEOUT_MS: positiveInt('milliseconds')
       .default(780_000)
       .describe('Wall-clock limit of one proxied call, streaming included (13 minutes)'),

@@ -110,6 +110,11 @@ const table = {
   endpoint_waking: { status: 503, type: 'api_error', message: 'The endpoint is waking up' },
   endpoint_failed: { status: 424, type: 'invalid_request_error', message: 'The endpoint has failed' },
   endpoint_unavailable: { status: 503, type: 'api_error', message: 'The endpoint is not available' },
+  model_not_served: {
+    status: 400,
+    type: 'invalid_request_error',
+    message: 'This endpoint does not serve that model',
+  },
   engine_error: {
     status: 400,
     type: 'invalid_request_error',

@@ -13,8 +13,10 @@ import { localRevocationBus, postgresRevocationBus, type RevocationBus } from '.
 import { keyService, type KeyService } from './keys/service.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { createMetrics } from './metrics.ts';
+import { endpointMetrics, type EndpointMetrics } from './endpoints/metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
+import { accountRepository } from './repositories/accounts.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
 import {
@@ -124,6 +126,7 @@ export async function startApi(
       registry: metrics.registry,
       ...(options.now ? { now: options.now } : {}),
     });
+    let epMetrics: EndpointMetrics | undefined;
     if (kind === 'kubernetes') {
       runtime = kubernetesRuntime(config, logger);
     } else if (kind === 'local') {
@@ -137,7 +140,13 @@ export async function startApi(
       usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS);
       limiter = config.REDIS_URL ? await redisRateLimiter(config.REDIS_URL, logger) : memoryRateLimiter();
       await runtime.ready();
-      upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
+      epMetrics = endpointMetrics(metrics.registry, runtime.endpoints);
+      upstream = platformUpstream({
+        endpoints: runtime.endpoints,
+        backends: runtime.backends,
+        logger,
+        onWoken: epMetrics.woken,
+      });
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
     }
@@ -197,13 +206,14 @@ export async function startApi(
       adminToken,
       keys,
       health: healthRepository(db.prisma),
+      accounts: accountRepository(db.prisma),
       metrics,
       logger,
       lifecycle,
       catalog,
       endpoints:
         runtime && upstream && dispatcher && usage && limiter
-          ? { runtime, upstream, dispatcher, usage, limiter }
+          ? { runtime, upstream, dispatcher, usage, limiter, ...(epMetrics ? { metrics: epMetrics } : {}) }
           : undefined,
       billing,
       auth,

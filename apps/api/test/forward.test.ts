@@ -139,7 +139,7 @@ describe('forward()', () => {
     await p.close();
   });
 
-  it("keeps an engine error's status and message, in the dual shape", async () => {
+  it("keeps an engine error's status, message and param, in the dual shape", async () => {
     const p = await proxyTo(() => sim.url);
     const res = await chat(p.url, { model: 'other' });
     expect(res.status).toBe(404);
@@ -148,7 +148,7 @@ describe('forward()', () => {
         message: 'The model `other` does not exist.',
         type: 'invalid_request_error',
         code: 'engine_error',
-        param: null,
+        param: 'model',
       },
       message: 'The model `other` does not exist.',
     });

@@ -7,6 +7,7 @@ import type { Response } from 'express';
 import type { Dispatcher } from 'undici';
 import { ApiError, errorFrame } from '../errors.ts';
 import type { AddressSource } from '../upstream/types.ts';
+import { SSE_HEADERS } from './heartbeat.ts';
 import { SseUsageTap, usageOf, type Usage } from './sse.ts';
 
 export interface ForwardRequest {
@@ -54,10 +55,16 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 /** An upstream error status and body, in our error contract. */
 export function upstreamError(status: number, text: string): ApiError {
   let message: string | undefined;
+  let param: string | null = null;
   try {
-    const body = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
+    const body = JSON.parse(text) as {
+      error?: { message?: unknown; param?: unknown } | string;
+      message?: unknown;
+    };
     const m = typeof body.error === 'object' ? body.error?.message : (body.message ?? body.error);
     if (typeof m === 'string' && m) message = m;
+    // The field the engine blames (e.g. "model", "max_tokens"): the same name in the caller's body.
+    if (typeof body.error === 'object' && typeof body.error?.param === 'string') param = body.error.param;
   } catch {
     // not JSON
   }
@@ -67,6 +74,7 @@ export function upstreamError(status: number, text: string): ApiError {
   return new ApiError('engine_error', {
     status,
     message: message ?? `The inference engine answered ${status}`,
+    param,
   });
 }
 
@@ -201,11 +209,12 @@ export async function forward(
     }
   }
 
-  res.status(upstream.statusCode);
-  res.setHeader('content-type', 'text/event-stream; charset=utf-8');
-  res.setHeader('cache-control', 'no-cache');
-  res.setHeader('x-accel-buffering', 'no');
-  res.flushHeaders();
+  // Already sent when the request was held with heartbeats (./heartbeat.ts).
+  if (!res.headersSent) {
+    res.status(upstream.statusCode);
+    for (const [name, value] of Object.entries(SSE_HEADERS)) res.setHeader(name, value);
+    res.flushHeaders();
+  }
   const tap = new SseUsageTap(tapOptions);
   try {
     await relay(upstream.body, res, tap, req.signal);

@@ -3,6 +3,8 @@ import { ApiError } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import type { KeyService } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
+import { parse } from '../http/validate.ts';
+import type { AccountRepository } from '../repositories/accounts.ts';
 import { createdKeyView, createKeyBody, viewCreatedKey } from './views.ts';
 
 const createAccountBody = z.strictObject({
@@ -10,9 +12,61 @@ const createAccountBody = z.strictObject({
 });
 const accountView = z.object({ id: z.string(), name: z.string(), createdAt: z.string() });
 const createdAccount = z.object({ account: accountView, key: createdKeyView });
+const accountPage = z.object({
+  data: z.array(accountView),
+  hasMore: z.boolean().describe('Whether another page follows'),
+  next: z.string().nullable().describe('The `after` value of the next page; null on the last page'),
+});
+const listAccountsQuery = z.strictObject({
+  name: z.string().trim().min(1, 'must not be empty').max(200).optional(),
+  limit: z.coerce
+    .number({ error: 'must be a number' })
+    .int('must be a whole number')
+    .min(1, 'must be between 1 and 100')
+    .max(100, 'must be between 1 and 100')
+    .default(50),
+  after: z.string().min(1, 'must not be empty').optional(),
+});
 
 /** Account signup and first keys, for the operator holding ADMIN_TOKEN (checked where /admin is mounted). */
-export function registerAdminRoutes(routes: Routes, deps: { keys: KeyService }): void {
+export function registerAdminRoutes(
+  routes: Routes,
+  deps: { keys: KeyService; accounts?: AccountRepository },
+): void {
+  const accounts = deps.accounts;
+  if (accounts)
+    routes.add(
+      {
+        method: 'get',
+        path: '/admin/accounts',
+        tag: 'admin',
+        auth: 'admin',
+        summary: 'List accounts, oldest first; `name` searches (case-insensitive substring)',
+        description:
+          'Query: `name` (part of the name, any case), `limit` (1–100, default 50), `after` (the `next` of the previous page).',
+        responses: {
+          200: { description: 'One page of accounts', schema: accountPage },
+          400: { description: 'A query parameter is invalid (named in the message)', schema: simpleError },
+          401: { description: 'Bad admin token', schema: simpleError },
+        },
+      },
+      async ({ req, res }) => {
+        const q = parse(listAccountsQuery, req.query, 'query');
+        if (q.after && !(await accounts.exists(q.after)))
+          throw new ApiError('validation_error', {
+            message: `Invalid query: after: no account ${q.after}`,
+            param: 'after',
+          });
+        const rows = await accounts.list({ ...q, limit: q.limit + 1 });
+        const page = rows.slice(0, q.limit);
+        res.json({
+          data: page.map((a) => ({ id: a.id, name: a.name, createdAt: a.createdAt.toISOString() })),
+          hasMore: rows.length > q.limit,
+          next: rows.length > q.limit ? page.at(-1)!.id : null,
+        });
+      },
+    );
+
   routes.add(
     {
       method: 'post',

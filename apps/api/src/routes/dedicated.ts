@@ -9,6 +9,8 @@ import { jsonObjectBody } from '../http/validate.ts';
 import { openaiError } from '../openapi.ts';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import { forward } from '../proxy/forward.ts';
+import { wakeHeartbeat } from '../proxy/heartbeat.ts';
+import type { EndpointMetrics } from '../endpoints/metrics.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
 import { callScope, ClientGone, seconds } from '../proxy/scope.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
@@ -20,8 +22,12 @@ export interface DedicatedDeps {
   usage: UsageRecorder;
   limiter: RateLimiter;
   dispatcher: Dispatcher;
+  /** Per-endpoint series (absent in tests that do not read them). */
+  metrics?: EndpointMetrics;
   config: {
     wakeHoldMs: number;
+    /** Interval of the SSE comments a held streaming request receives. */
+    wakeHeartbeatMs: number;
     requestTimeoutMs: number;
     retries: number;
     publicLimitPerEndpoint: number;
@@ -110,6 +116,25 @@ function refusalError(id: string, r: Exclude<Refusal, { reason: 'aborted' }>, ho
   }
 }
 
+/**
+ * An endpoint serves one model: `model` may be omitted, the endpoint's id or the model's hub id, and
+ * the engine is asked for the served model (which names itself in the answer). Anything else is
+ * refused here rather than with the engine's 404, naming what the endpoint serves.
+ */
+export function servedModelBody(
+  endpoint: DedicatedEndpoint,
+  body: Record<string, unknown>,
+): Record<string, unknown> {
+  const served = endpoint.spec.model.id;
+  const asked = body.model;
+  if (asked === served) return body;
+  if (asked === undefined || asked === endpoint.metadata.name) return { ...body, model: served };
+  throw new ApiError('model_not_served', {
+    message: `Endpoint ${endpoint.metadata.name} serves the model ${JSON.stringify(served)}, not ${JSON.stringify(asked)}: send that model, the endpoint id, or no model`,
+    param: 'model',
+  });
+}
+
 const ROUTES = [
   {
     method: 'post',
@@ -142,10 +167,15 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
         auth,
         summary,
         description:
-          'Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).',
+          'Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).',
         ...(method === 'post' ? { body: jsonObjectBody } : {}),
         responses: {
           200: { description: 'The engine’s answer, streamed as it is produced' },
+          400: {
+            description:
+              'Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`)',
+            schema: openaiError,
+          },
           401: { description: 'Missing or invalid key', schema: openaiError },
           403: {
             description: 'Another account’s endpoint: `Forbidden: Access denied.`',
@@ -161,6 +191,8 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
         const endpoint = endpointOf(req, deps.endpoints);
         if (caller.principal && caller.accountId !== endpoint.spec.account)
           throw new ApiError('endpoint_access_denied');
+        const metrics = deps.metrics;
+        if (metrics) res.once('close', () => metrics.proxied(endpoint.metadata.name, res.statusCode));
         const payload = body() as Record<string, unknown> | undefined;
         return callDedicated(deps, endpoint, { req, res, caller, method, upstreamPath, payload });
       },
@@ -173,7 +205,7 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
  * record the usage. `/api/d/{id}/…` and the Elastic routes (a `model` naming an `endpt-…`) share it.
  */
 export async function callDedicated(
-  deps: Pick<DedicatedDeps, 'upstream' | 'usage' | 'dispatcher' | 'config'>,
+  deps: Pick<DedicatedDeps, 'endpoints' | 'upstream' | 'usage' | 'dispatcher' | 'config' | 'metrics'>,
   endpoint: DedicatedEndpoint,
   call: {
     req: Request;
@@ -184,14 +216,28 @@ export async function callDedicated(
     payload: Record<string, unknown> | undefined;
   },
 ): Promise<void> {
-  const { req, res, caller, method, upstreamPath, payload } = call;
+  const { req, res, caller, method, upstreamPath } = call;
   const id = endpoint.metadata.name;
+  const metrics = deps.metrics;
+  // `model` may be omitted, the endpoint id or its hub id: the served model answers (else 400).
+  const payload = call.payload && servedModelBody(endpoint, call.payload);
 
   const scope = callScope(res, caller.signal, deps.config.requestTimeoutMs);
   let release = () => {};
   try {
     const hold = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
-    const acquired = await deps.upstream.acquire(endpoint, { hold, signal: scope.signal });
+    const phase = () => deps.endpoints.get(id)?.status?.phase ?? 'waking';
+    const sleeping = ['hibernated', 'waking'].includes(phase());
+    // A streaming request held while the endpoint wakes gets its headers at once and SSE comments
+    // (`: waking …`) so proxies keep the connection and the user sees progress.
+    const stopBeats =
+      hold > 0 && sleeping && payload?.stream === true
+        ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
+        : () => {};
+    const unhold = sleeping && hold > 0 && metrics ? metrics.held(id) : () => {};
+    const acquired = await deps.upstream
+      .acquire(endpoint, { hold, signal: scope.signal })
+      .finally(() => (stopBeats(), unhold()));
     if (!acquired.ok) {
       if (acquired.reason === 'aborted') throw scope.signal.reason;
       throw refusalError(id, acquired, deps.config.wakeHoldMs);
@@ -209,7 +255,10 @@ export async function callDedicated(
       res,
       { dispatcher: deps.dispatcher, retries: deps.config.retries },
     );
-    if (usage) deps.usage.record({ accountId: caller.accountId, endpointId: id, ...usage });
+    if (usage) {
+      deps.usage.record({ accountId: caller.accountId, endpointId: id, ...usage });
+      metrics?.tokens(id, usage.promptTokens, usage.completionTokens);
+    }
   } catch (err) {
     if (err instanceof ClientGone) return;
     if (res.headersSent) {

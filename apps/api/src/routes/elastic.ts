@@ -18,7 +18,7 @@ export interface ElasticRouteDeps {
   caller: ElasticCaller;
   requestTimeoutMs: number;
   /** `model` naming an `endpt-…`: the caller's own dedicated endpoint, through the same route. */
-  dedicated?: Pick<DedicatedDeps, 'upstream' | 'usage' | 'dispatcher' | 'config'> & {
+  dedicated?: Pick<DedicatedDeps, 'upstream' | 'usage' | 'dispatcher' | 'config' | 'metrics'> & {
     endpoints: EndpointCache;
   };
 }

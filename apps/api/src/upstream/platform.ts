@@ -29,11 +29,13 @@ export interface PlatformUpstreamOptions {
   logger: Logger;
   /** Chooses each attempt's replica; default: least in flight. */
   picker?: ReplicaPicker;
+  /** Once per wake this process signalled, with its duration in seconds (metrics). */
+  onWoken?: (id: string, seconds: number) => void;
 }
 
 export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
   const activity = activityReporter(o.endpoints, o.logger);
-  const wakes = waker(o.endpoints, o.backends, o.logger);
+  const wakes = waker(o.endpoints, o.backends, o.logger, o.onWoken);
   const table = new ReplicaTable((id) => o.backends.addresses(id), OPENAI_PATH);
   const pick = o.picker ?? leastInFlight;
 

@@ -23,8 +23,11 @@ export function waker(
   store: Pick<Endpoints, 'watch' | 'annotate'>,
   backends: Backends,
   logger: Logger,
+  /** Once per wake this process signalled: seconds until the first Ready address it saw. */
+  onWoken?: (id: string, seconds: number) => void,
 ): Waker {
   const inProgress = new Map<string, Promise<void>>();
+  const signalledAt = new Map<string, number>();
   let wakesSignalled = 0;
   const waits = new Map<
     string,
@@ -45,7 +48,13 @@ export function waker(
     let stopStore = () => {};
     const promise = new Promise<'ready' | 'failed' | 'deleted'>((resolve) => {
       stopBackends = backends.watch(id, (addresses) => {
-        if (addresses.length) resolve('ready');
+        if (!addresses.length) return;
+        const at = signalledAt.get(id);
+        if (at !== undefined) {
+          signalledAt.delete(id);
+          onWoken?.(id, (Date.now() - at) / 1000);
+        }
+        resolve('ready');
       });
       stopStore = store.watch(id, (e) => {
         if (!e) resolve('deleted');
@@ -83,6 +92,7 @@ export function waker(
           .annotate(id, { [ANNOTATION_WAKE_REQUESTED]: new Date().toISOString() })
           .then(() => {
             wakesSignalled++;
+            signalledAt.set(id, Date.now());
             logger.info({ endpoint: id }, 'woke a hibernated endpoint');
           })
           .catch((err: unknown) => {

@@ -1,0 +1,97 @@
+// Per-endpoint series for a platform team. The one free-form label is the endpoint id, bounded by the
+// number of endpoints (series of a deleted endpoint go with it at the next scrape); never key ids,
+// account ids, model names or messages.
+import { PHASES } from '@berth/crds';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { EndpointCache } from './ports.ts';
+
+export interface EndpointMetrics {
+  /** A call held while its endpoint wakes: +1 now, -1 from the returned function. */
+  held(id: string): () => void;
+  /** A proxied call's final HTTP status. */
+  proxied(id: string, status: number): void;
+  tokens(id: string, prompt: number, completion: number): void;
+  /** From this API's wake signal to the first Ready replica it saw. */
+  woken(id: string, seconds: number): void;
+}
+
+const DURATION_BUCKETS = [1, 5, 10, 20, 30, 60, 120, 300, 600, 1200];
+
+export function endpointMetrics(registry: Registry, endpoints: Pick<EndpointCache, 'list'>): EndpointMetrics {
+  // A build is seen starting (status.buildingSince, cleared once up) and ending (status.upSince) by
+  // the scrapes in between: a build shorter than the scrape interval is not observed.
+  const builds = new Map<string, string>();
+  const buildDuration = new Histogram({
+    name: 'berth_endpoint_build_duration_seconds',
+    help: 'From the start of a build to its first Ready replica, by endpoint (observed at scrape time)',
+    labelNames: ['endpoint'],
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'berth_endpoint_phase',
+    help: 'Phase of each endpoint: 1 for the current one',
+    labelNames: ['endpoint', 'phase'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const seen = new Set<string>();
+      for (const e of endpoints.list()) {
+        const id = e.metadata.name;
+        seen.add(id);
+        const phase = e.status?.phase ?? 'building';
+        for (const p of PHASES) this.set({ endpoint: id, phase: p }, p === phase ? 1 : 0);
+        const since = e.status?.buildingSince;
+        if (phase === 'building' && since) builds.set(id, since);
+        const started = builds.get(id);
+        const up = e.status?.upSince;
+        if (phase === 'up' && started && up && Date.parse(up) >= Date.parse(started)) {
+          buildDuration.observe({ endpoint: id }, (Date.parse(up) - Date.parse(started)) / 1000);
+          builds.delete(id);
+        }
+      }
+      for (const id of builds.keys()) if (!seen.has(id)) builds.delete(id);
+    },
+  });
+  const held = new Gauge({
+    name: 'berth_endpoint_held_requests',
+    help: 'Calls held while their endpoint wakes, by endpoint',
+    labelNames: ['endpoint'],
+    registers: [registry],
+  });
+  const requests = new Counter({
+    name: 'berth_endpoint_requests_total',
+    help: 'Proxied calls by endpoint and HTTP status code',
+    labelNames: ['endpoint', 'code'],
+    registers: [registry],
+  });
+  const tokens = new Counter({
+    name: 'berth_endpoint_tokens_total',
+    help: 'Tokens of proxied calls by endpoint and kind (prompt, completion)',
+    labelNames: ['endpoint', 'kind'],
+    registers: [registry],
+  });
+  const wake = new Histogram({
+    name: 'berth_endpoint_wake_duration_seconds',
+    help: "From this API's wake signal to the first Ready replica it saw, by endpoint",
+    labelNames: ['endpoint'],
+    buckets: DURATION_BUCKETS,
+    registers: [registry],
+  });
+  return {
+    held(id) {
+      held.inc({ endpoint: id });
+      let done = false;
+      return () => {
+        if (!done) held.dec({ endpoint: id });
+        done = true;
+      };
+    },
+    proxied: (id, status) => requests.inc({ endpoint: id, code: String(status) }),
+    tokens(id, prompt, completion) {
+      tokens.inc({ endpoint: id, kind: 'prompt' }, prompt);
+      tokens.inc({ endpoint: id, kind: 'completion' }, completion);
+    },
+    woken: (id, seconds) => wake.observe({ endpoint: id }, seconds),
+  };
+}
