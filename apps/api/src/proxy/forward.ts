@@ -19,6 +19,8 @@ export interface ForwardRequest {
   body?: Record<string, unknown>;
   requestId: string;
   signal: AbortSignal;
+  /** Extra request headers (an external backend's `authorization`). */
+  headers?: Record<string, string>;
 }
 
 export interface ForwardDeps {
@@ -91,6 +93,7 @@ async function connect(
           'content-type': 'application/json',
           accept: req.body?.stream ? 'text/event-stream' : 'application/json',
           'x-request-id': req.requestId,
+          ...req.headers,
         },
         body,
         signal: req.signal,
@@ -171,14 +174,18 @@ export async function forward(
   deps: ForwardDeps,
 ): Promise<Usage | undefined> {
   let requestBody = req.body;
-  let stripUsage = false;
-  if (requestBody?.stream === true) {
-    const opts = requestBody.stream_options as { include_usage?: unknown } | undefined;
-    if (opts?.include_usage !== true) {
-      // Ask for usage on the client's behalf (to meter the call) and remove it on the way back.
-      requestBody = { ...requestBody, stream_options: { ...(opts ?? {}), include_usage: true } };
-      stripUsage = true;
-    }
+  const tapOptions = { stripFinal: false, stripContinuous: false };
+  if (requestBody?.stream === true && req.path !== '/responses') {
+    // Ask for usage on every chunk on the client's behalf (to meter the call, even one cut short)
+    // and remove what it did not ask for on the way back (./sse.ts).
+    const opts = requestBody.stream_options as
+      { include_usage?: unknown; continuous_usage_stats?: unknown } | undefined;
+    tapOptions.stripFinal = opts?.include_usage !== true;
+    tapOptions.stripContinuous = opts?.continuous_usage_stats !== true;
+    requestBody = {
+      ...requestBody,
+      stream_options: { ...(opts ?? {}), include_usage: true, continuous_usage_stats: true },
+    };
   }
   const upstream = await connect(req, deps, requestBody ? JSON.stringify(requestBody) : undefined);
   if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream.body));
@@ -199,7 +206,7 @@ export async function forward(
   res.setHeader('cache-control', 'no-cache');
   res.setHeader('x-accel-buffering', 'no');
   res.flushHeaders();
-  const tap = new SseUsageTap(stripUsage);
+  const tap = new SseUsageTap(tapOptions);
   try {
     await relay(upstream.body, res, tap, req.signal);
     const rest = tap.end();

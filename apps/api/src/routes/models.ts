@@ -23,7 +23,7 @@ export function registerModelRoutes(
       method: 'get',
       path: '/api/models',
       tag: 'inference',
-      auth: { scopes: ['inference', 'global'] },
+      auth: { scopes: ['inference', 'global'], session: 'manage' },
       summary: 'List the catalog models (OpenAI-compatible)',
       responses: {
         200: { description: 'Models', schema: modelList },

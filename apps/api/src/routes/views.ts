@@ -4,8 +4,8 @@ import { SCOPES } from '../repositories/keys.ts';
 import type { CreatedKey } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
 
-/** Settings → Keys and Settings → Billing: a global key. */
-export const globalKey = { scopes: ['global'] } as const;
+/** Settings → Keys and Settings → Billing: a global key, or the dashboard's session. */
+export const globalKey = { scopes: ['global'], session: 'manage' } as const;
 export const globalKeyErrors = {
   401: { description: 'Missing, malformed or revoked key', schema: simpleError },
   403: { description: 'The key is not a global key', schema: simpleError },
