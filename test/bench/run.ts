@@ -2,11 +2,13 @@
 // BENCHMARKS.md. Every figure is measured in the same run as its baseline.
 import { benchAuth } from './auth.ts';
 import { benchBilling } from './billing.ts';
+import { benchOlympus } from './olympus.ts';
 import { benchProxy } from './proxy.ts';
 
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
   billing: benchBilling,
+  olympus: benchOlympus,
   proxy: () => benchProxy(),
   'proxy-latency': () => benchProxy(['latency']),
   'proxy-cpu': () => benchProxy(['cpu']),

@@ -629,7 +629,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Instance types: GPU type id, GPU memory, allowed GPU counts, availability
+         * Instance types: `id` (what `hardware.gpuType` takes), display name, GPU memory, allowed GPU counts, availability
          * @description Key scopes allowed: inference, compute, global.
          */
         get: operations["getHardware"];
@@ -906,7 +906,7 @@ export interface paths {
         put?: never;
         /**
          * Chat completion on a dedicated endpoint (streaming with `stream: true`)
-         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
+         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -928,7 +928,7 @@ export interface paths {
         put?: never;
         /**
          * Text completion on a dedicated endpoint
-         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
+         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -948,7 +948,7 @@ export interface paths {
         };
         /**
          * The endpoint's served model
-         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
+         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -3216,8 +3216,14 @@ export interface operations {
                 content: {
                     "application/json": {
                         data: {
-                            /** @description The value of hardware.gpuType */
+                            /** @description What requests take: the value of `hardware.gpuType` in POST /api/endpoints */
                             id: string;
+                            /** @description The GPU product as shown to people, e.g. "NVIDIA L4 24GB" */
+                            displayName: string;
+                            /**
+                             * @deprecated
+                             * @description Deprecated: the same as `displayName` (kept for clients written before it); send `id`
+                             */
                             gpuType: string;
                             /** @description Memory of one GPU */
                             gpuMemoryGiB: number;
@@ -4982,6 +4988,23 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
             /** @description Missing or invalid key */
             401: {
                 headers: {
@@ -5108,6 +5131,23 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
             /** @description Missing or invalid key */
             401: {
                 headers: {
@@ -5229,6 +5269,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
             };
             /** @description Missing or invalid key */
             401: {

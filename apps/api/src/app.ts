@@ -35,6 +35,8 @@ import { apiSessions } from './auth/session.ts';
 import { registerAuthRoutes } from './routes/auth.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
+import { registerOlympusRoutes } from './routes/olympus.ts';
+import type { OlympusRepository } from './repositories/olympus.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -75,6 +77,8 @@ export interface AppDeps {
   webDir?: string;
   /** The tool catalog and per-account enablement: absent in tests that do not need them. */
   tools?: ToolRouteDeps;
+  /** Olympus policies: absent in tests that do not need them. */
+  olympus?: OlympusRepository;
   adminToken: string;
   keys: KeyService;
   /** GET /admin/accounts (absent in tests that do not need it). */
@@ -147,6 +151,7 @@ export function createApp(deps: AppDeps): express.Express {
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
+  if (deps.olympus) registerOlympusRoutes(routes, { olympus: deps.olympus });
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   const c = deps.config;

@@ -11,3 +11,6 @@ export type {
   EndpointWrites,
 } from './endpoints/ports.ts';
 export { devIdentityProvider } from './auth/dev-idp.ts';
+export { pickModel, matchRoute, type Candidate, type Needs, type Policy } from './olympus/pick.ts';
+export { runManagedLoop, type CallModel, type ManagedServer, type ModelStep } from './tools/loop.ts';
+export { openMcpSession } from './tools/mcp.ts';

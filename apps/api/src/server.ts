@@ -39,6 +39,7 @@ import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
 /** The dashboard's static build (`npm run build -w @berth/web`). */
 export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
 import { toolRepository } from './repositories/tools.ts';
+import { olympusRepository } from './repositories/olympus.ts';
 import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 import { startElastic, type Elastic } from './elastic/index.ts';
 
@@ -220,6 +221,7 @@ export async function startApi(
       webDir: WEB_DIR,
       tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
       elastic,
+      olympus: olympusRepository(db.prisma),
     });
 
     server.off('request', starting);

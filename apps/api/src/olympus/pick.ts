@@ -1,0 +1,145 @@
+// Olympus's choice of a catalog model for `model` = auto | olympus | olympus-auto. A pure function
+// of what the request needs, the account's policy, and each candidate's prices and current
+// availability, so it is table-tested and costs microseconds (the benchmark measures it). The
+// Elastic routes feed it their catalog and backends' state; the embedding route match (optional)
+// is computed before, with one call to a catalog embedding model (matchRoute below).
+import { ApiError } from '../errors.ts';
+import { toolAccess, type ToolCaller } from '../tools/access.ts';
+import type { ToolRepository } from '../repositories/tools.ts';
+
+export const OLYMPUS_MODELS = ['auto', 'olympus', 'olympus-auto'] as const;
+export const OLYMPUS_HEADER = 'x-berth-olympus-reason';
+
+export function isOlympusModel(model: unknown): boolean {
+  return typeof model === 'string' && (OLYMPUS_MODELS as readonly string[]).includes(model);
+}
+
+/** Spec §5.7: Olympus enabled for the account and allowed by the key's tool pin; else 400 olympus_not_enabled. */
+export async function requireOlympus(
+  repo: Pick<ToolRepository, 'lookup'>,
+  caller: ToolCaller,
+): Promise<void> {
+  const access = await toolAccess(repo, caller, ['olympus']);
+  if (!access.ok) throw new ApiError('olympus_not_enabled', { param: 'model' });
+}
+
+export type Objective = 'cost' | 'latency' | 'quality';
+
+export interface Candidate {
+  name: string;
+  kind: 'chat' | 'completion' | 'embedding';
+  contextLength: number;
+  /** Accepts `tools` (function calling). */
+  tools: boolean;
+  /** Micro-units per million tokens. */
+  inputPerMTok: bigint;
+  outputPerMTok: bigint;
+  /** Typical time to first token, for the latency objective (unknown: last). */
+  latencyMs?: number;
+  /** Higher is better, for the quality objective (unknown: last). */
+  quality?: number;
+  /** Epoch ms until which its backend answered 429 and is left alone. */
+  coolingUntil?: number;
+  /** A replica is up now (false: the pool would have to wake). */
+  warm: boolean;
+}
+
+export interface Needs {
+  kind: Candidate['kind'];
+  /** Upper bound of the prompt in tokens (the body's bytes, as billing reserves). */
+  promptTokens: number;
+  maxTokens: number;
+  tools: boolean;
+}
+
+export interface Policy {
+  /** Empty: every catalog model. */
+  allowedModels: readonly string[];
+  objective: Objective;
+}
+
+export type Reason = 'cheapest' | 'fastest' | 'best' | 'fallback' | `route:${string}`;
+
+export type Choice =
+  { ok: true; model: string; reason: Reason } | { ok: false; why: 'no_candidate' | 'all_cooling' };
+
+const OBJECTIVE_REASON: Record<Objective, Reason> = { cost: 'cheapest', latency: 'fastest', quality: 'best' };
+
+export function pickModel(
+  needs: Needs,
+  policy: Policy,
+  candidates: readonly Candidate[],
+  now: number,
+  route?: { name: string; model: string },
+): Choice {
+  const allowed = policy.allowedModels.length ? new Set(policy.allowedModels) : undefined;
+  const fits = candidates.filter(
+    (c) =>
+      c.kind === needs.kind &&
+      (!allowed || allowed.has(c.name)) &&
+      c.contextLength >= needs.promptTokens + needs.maxTokens &&
+      (!needs.tools || c.tools),
+  );
+  if (fits.length === 0) return { ok: false, why: 'no_candidate' };
+  const available = (c: Candidate) => !c.coolingUntil || c.coolingUntil <= now;
+
+  if (route) {
+    const target = fits.find((c) => c.name === route.model);
+    if (target && available(target)) return { ok: true, model: target.name, reason: `route:${route.name}` };
+  }
+
+  const cost = (c: Candidate) =>
+    BigInt(needs.promptTokens) * c.inputPerMTok + BigInt(needs.maxTokens) * c.outputPerMTok;
+  const byCost = (a: Candidate, b: Candidate) => {
+    const d = cost(a) - cost(b);
+    return d < 0n ? -1 : d > 0n ? 1 : a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+  };
+  const ranked = [...fits].sort((a, b) => {
+    if (policy.objective === 'latency') {
+      const d = (a.latencyMs ?? Infinity) - (b.latencyMs ?? Infinity);
+      if (d !== 0 && !Number.isNaN(d)) return d;
+    } else if (policy.objective === 'quality') {
+      const d = (b.quality ?? -Infinity) - (a.quality ?? -Infinity);
+      if (d !== 0 && !Number.isNaN(d)) return d;
+    }
+    return byCost(a, b);
+  });
+  // Prefer a warm pool; one that must wake only when no warm one is available.
+  const chosen = ranked.find((c) => available(c) && c.warm) ?? ranked.find(available);
+  if (!chosen) return { ok: false, why: 'all_cooling' };
+  return {
+    ok: true,
+    model: chosen.name,
+    reason: chosen === ranked[0] ? OBJECTIVE_REASON[policy.objective] : 'fallback',
+  };
+}
+
+/** Cosine similarity of unit-free vectors (0 when either is zero). */
+export function cosine(a: readonly number[], b: readonly number[]): number {
+  let dot = 0;
+  let na = 0;
+  let nb = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i]! * (b[i] ?? 0);
+    na += a[i]! * a[i]!;
+    nb += (b[i] ?? 0) * (b[i] ?? 0);
+  }
+  return na === 0 || nb === 0 ? 0 : dot / Math.sqrt(na * nb);
+}
+
+/** The route whose closest example prompt is nearest the prompt, if at least `threshold` similar. */
+export function matchRoute<
+  R extends { name: string; model: string; vectors: readonly (readonly number[])[] },
+>(prompt: readonly number[], routes: readonly R[], threshold: number): R | undefined {
+  let best: R | undefined;
+  let score = threshold;
+  for (const r of routes)
+    for (const v of r.vectors) {
+      const s = cosine(prompt, v);
+      if (s >= score) {
+        score = s;
+        best = r;
+      }
+    }
+  return best;
+}

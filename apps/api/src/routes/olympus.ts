@@ -1,0 +1,98 @@
+// Olympus's builder routes (spec §4: optional, dual error shape): the account's routing policy.
+import { z } from 'zod';
+import type { Routes } from '../http/routes.ts';
+import { openaiError } from '../openapi.ts';
+import type { OlympusPolicyRecord, OlympusRepository } from '../repositories/olympus.ts';
+
+const modelName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/, 'must be a catalog model name');
+
+export const policyBody = z
+  .strictObject({
+    allowed_models: z
+      .array(modelName)
+      .max(100, 'must list at most 100 models')
+      .default([])
+      .describe('Models Olympus may choose; empty: every catalog model'),
+    objective: z
+      .enum(['cost', 'latency', 'quality'], { error: 'must be one of "cost", "latency", "quality"' })
+      .default('cost'),
+    routes: z
+      .array(
+        z.strictObject({
+          name: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a route name such as "code"'),
+          model: modelName,
+          examples: z
+            .array(z.string().trim().min(1, 'must not be empty').max(4000, 'must be at most 4000 characters'))
+            .min(1, 'must have at least one example prompt')
+            .max(50, 'must have at most 50 example prompts'),
+        }),
+      )
+      .max(20, 'must have at most 20 routes')
+      .default([])
+      .refine((r) => new Set(r.map((x) => x.name)).size === r.length, 'must have distinct names')
+      .describe('Prompts like these examples go to that model (embedding similarity)'),
+  })
+  .describe('Olympus policy');
+
+const policyView = z.object({
+  allowed_models: z.array(z.string()),
+  objective: z.enum(['cost', 'latency', 'quality']),
+  routes: z.array(z.object({ name: z.string(), model: z.string(), examples: z.array(z.string()) })),
+  updated_at: z.string().nullable(),
+});
+
+function view(p: OlympusPolicyRecord): z.infer<typeof policyView> {
+  return {
+    allowed_models: p.allowedModels,
+    objective: p.objective,
+    routes: p.routes,
+    updated_at: p.updatedAt?.toISOString() ?? null,
+  };
+}
+
+export function registerOlympusRoutes(routes: Routes, deps: { olympus: OlympusRepository }): void {
+  const errors = {
+    401: { description: 'Missing, malformed or revoked key', schema: openaiError },
+    403: { description: 'Wrong scope', schema: openaiError },
+  };
+  routes.add(
+    {
+      method: 'get',
+      path: '/api/olympus/policy',
+      tag: 'olympus',
+      auth: { scopes: ['inference', 'global'] },
+      summary: 'The account’s Olympus routing policy (defaults when never set)',
+      responses: { 200: { description: 'The policy', schema: policyView }, ...errors },
+    },
+    async ({ caller, res }) => {
+      res.json(view(await deps.olympus.get(caller.accountId)));
+    },
+  );
+  routes.add(
+    {
+      method: 'put',
+      path: '/api/olympus/policy',
+      tag: 'olympus',
+      auth: { scopes: ['global'] },
+      summary: 'Replace the account’s Olympus routing policy',
+      body: policyBody,
+      responses: {
+        200: { description: 'The stored policy', schema: policyView },
+        400: {
+          description: 'Invalid body (the field is named in `param` and the message)',
+          schema: openaiError,
+        },
+        ...errors,
+      },
+    },
+    async ({ caller, body, res }) => {
+      const b = body();
+      const stored = await deps.olympus.put(caller.accountId, {
+        allowedModels: b.allowed_models,
+        objective: b.objective,
+        routes: b.routes,
+      });
+      res.json(view(stored));
+    },
+  );
+}

@@ -1,0 +1,109 @@
+// GET/PUT /api/olympus/policy on real PostgreSQL: defaults, replace, per account, dual error shape.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { sql } from '@berth/test/support/postgres';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(async () => api?.stop());
+
+const put = (key: string, body: unknown) =>
+  fetch(api.url + '/api/olympus/policy', {
+    method: 'PUT',
+    headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+const get = async (key: string) => {
+  const r = await fetch(api.url + '/api/olympus/policy', { headers: bearer(key) });
+  expect(r.status).toBe(200);
+  return r.json();
+};
+const policy = {
+  allowed_models: ['qwen2.5-7b-instruct', 'llama-3.1-8b-instruct'],
+  objective: 'quality',
+  routes: [{ name: 'code', model: 'qwen2.5-7b-instruct', examples: ['Write a function', 'Fix this bug'] }],
+};
+
+describe('Olympus policy', () => {
+  it('defaults, then replaced whole; another account keeps its own', async () => {
+    const a = await api.newAccount();
+    const b = await api.newAccount();
+    expect(await get(a.inference)).toEqual({
+      allowed_models: [],
+      objective: 'cost',
+      routes: [],
+      updated_at: null,
+    });
+    const r = await put(a.global, policy);
+    expect(r.status).toBe(200);
+    const stored = await r.json();
+    expect(stored).toMatchObject(policy);
+    expect(await get(a.inference)).toEqual(stored);
+    expect((await get(b.global)).objective).toBe('cost');
+    const replaced = await (await put(a.global, { objective: 'latency' })).json();
+    expect(replaced).toMatchObject({ allowed_models: [], objective: 'latency', routes: [] });
+  });
+
+  it('invalid bodies: 400 in the dual shape naming the field; nothing stored', async () => {
+    const a = await api.newAccount();
+    const cases: [unknown, string, string | null][] = [
+      [
+        { objective: 'speed' },
+        'Invalid request body: objective: must be one of "cost", "latency", "quality"',
+        'objective',
+      ],
+      [
+        { allowed_models: ['bad model'] },
+        'Invalid request body: allowed_models.0: must be a catalog model name',
+        'allowed_models.0',
+      ],
+      [
+        { routes: [{ name: 'code', model: 'm', examples: [] }] },
+        'Invalid request body: routes.0.examples: must have at least one example prompt',
+        'routes.0.examples',
+      ],
+      [
+        { routes: [policy.routes[0], policy.routes[0]] },
+        'Invalid request body: routes: must have distinct names',
+        'routes',
+      ],
+      [{ extra: true }, 'Invalid request body: Unrecognized key: "extra"', null],
+    ];
+    for (const [body, message, param] of cases) {
+      const r = await put(a.global, body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(await r.json()).toEqual({
+        error: { message, type: 'invalid_request_error', code: 'validation_error', param },
+        message,
+      });
+    }
+    const malformed = await put(a.global, '{"objective":');
+    expect(malformed.status).toBe(400);
+    expect((await malformed.json()).error.code).toBe('invalid_json');
+    expect(await sql(api.db.url, 'SELECT * FROM olympus_policies WHERE account_id = $1', [a.id])).toEqual([]);
+  });
+
+  it('keys: inference reads but cannot write, compute neither, revoked and missing keys are 401', async () => {
+    const a = await api.newAccount();
+    const denied = await put(a.inference, policy);
+    expect(denied.status).toBe(403);
+    expect((await denied.json()).error.code).toBe('insufficient_scope');
+    expect((await fetch(api.url + '/api/olympus/policy', { headers: bearer(a.compute) })).status).toBe(403);
+    const none = await fetch(api.url + '/api/olympus/policy');
+    expect(none.status).toBe(401);
+    expect((await none.json()).message).toBe('Missing or invalid Authorization header');
+    const keys = (await (await fetch(api.url + '/api/keys', { headers: bearer(a.global) })).json()) as {
+      data: { id: string; name: string }[];
+    };
+    await fetch(`${api.url}/api/keys/${keys.data.find((k) => k.name === 'global')!.id}`, {
+      method: 'DELETE',
+      headers: bearer(a.global),
+    });
+    const revoked = await put(a.global, policy);
+    expect(revoked.status).toBe(401);
+    expect((await revoked.json()).error.message).toBe('Invalid API key');
+    expect(await sql(api.db.url, 'SELECT * FROM olympus_policies WHERE account_id = $1', [a.id])).toEqual([]);
+  });
+});
