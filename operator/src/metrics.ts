@@ -45,6 +45,12 @@ export function createMetrics() {
       buckets: [0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10],
       registers: [registry],
     }),
+    writes: new Counter({
+      name: 'berth_operator_api_writes_total',
+      help: 'Writes to the Kubernetes API by resource (a resync with nothing drifted writes nothing)',
+      labelNames: ['resource'] as const,
+      registers: [registry],
+    }),
     leader: new Gauge({
       name: 'berth_operator_leader',
       help: '1 while this replica holds the lease',

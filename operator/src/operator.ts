@@ -78,6 +78,7 @@ export async function startOperator(
           identity: config.identity,
           log,
           onInformerError: () => metrics.errors.inc({ where: 'informer' }),
+          onWrite: (resource) => metrics.writes.inc({ resource }),
           enqueue,
         });
         return {
@@ -87,6 +88,7 @@ export async function startOperator(
           keys: () => k.cache.keys(),
           start: () => k.cache.start(),
           stop: () => k.cache.stop(),
+          gone: async (key: string) => k.driver.forget(key),
         };
       },
     );

@@ -14,6 +14,11 @@ function memoryRepo(initial: DedicatedEndpoint[] = []) {
       writes.push(`status:${id}`);
       rows.get(id)!.status = status;
     },
+    setSpec: async (id, { spec, generation, annotations }) => {
+      writes.push(`spec:${id}`);
+      const e = rows.get(id)!;
+      Object.assign(e, { spec, metadata: { ...e.metadata, generation, annotations } });
+    },
     setAnnotations: async (id, annotations) => {
       writes.push(`annotations:${id}`);
       rows.get(id)!.metadata.annotations = annotations;

@@ -227,9 +227,14 @@ describe('phase machine transition table', () => {
         expect(d.events.some((e) => e.reason === wantReason)).toBe(transitioned);
         if (wantPhase === 'failed' && transitioned) expect(d.events.at(-1)?.type).toBe('Warning');
         // Conditions mirror the phase.
-        expect(d.conditions.find((x) => x.type === 'Ready')?.status).toBe(
-          wantPhase === 'up' ? 'True' : 'False',
+        const status = (type: string) => d.conditions.find((x) => x.type === type)?.status;
+        expect(status('Ready')).toBe(wantPhase === 'up' || wantPhase === 'hibernated' ? 'True' : 'False');
+        expect(status('Reconciling')).toBe(
+          wantPhase === 'building' || wantPhase === 'waking' ? 'True' : 'False',
         );
+        expect(status('Stalled')).toBe(wantPhase === 'failed' ? 'True' : 'False');
+        if (wantPhase === 'failed')
+          expect(d.conditions.find((x) => x.type === 'Stalled')?.reason).toBe(wantReason);
         expect(d.conditions.find((x) => x.type === 'Failed')?.status).toBe(
           wantPhase === 'failed' ? 'True' : 'False',
         );

@@ -4,8 +4,8 @@
 //     (test/gitops), on the object as read and on the live object through KUBECONFIG;
 //   - the Argo CD health check the chart ships, run as Argo CD runs it;
 //   - `kubectl wait --for=condition=Ready` on an up endpoint.
-// kstatus is recorded as it is TODAY next to the GOAL of issue 18; the gaps are asserted as gaps,
-// so this file fails (and asks for the table to be updated) the day the operator closes them.
+// Each phase must read as issue 18 asks: in progress while starting, current when settled
+// (scale-to-zero is settled on purpose), failed with its reason when failed.
 import { ANNOTATION_WAKE_REQUESTED, type DedicatedEndpoint, type Phase } from '@berth/crds';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kubectlOk, testNamespace } from '../cluster/env.ts';
@@ -20,8 +20,8 @@ import type { OperatorHandle } from '@berth/operator';
 import { startFakeHub } from '../support/fake-hub.ts';
 import { Cluster, installCrd, simSpec, start, testConfig } from '../support/operator.ts';
 
-/** Issue 18: in progress while starting, current when settled (scale-to-zero is settled), failed when failed. */
-const KSTATUS_GOAL: Record<Phase, KstatusStatus> = {
+/** In progress while starting, current when settled (scale-to-zero is settled), failed when failed. */
+const KSTATUS: Record<Phase, KstatusStatus> = {
   building: 'InProgress',
   waking: 'InProgress',
   up: 'Current',
@@ -29,20 +29,16 @@ const KSTATUS_GOAL: Record<Phase, KstatusStatus> = {
   failed: 'Failed',
 };
 
-/**
- * What kstatus computes from today's status: the operator sets only Ready/Hibernated/Failed
- * conditions, so kstatus falls back to its Ready-condition rule (Ready=False → InProgress) and sees
- * neither a settled hibernated endpoint nor a failure (no Reconciling/Stalled conditions).
- */
-const KSTATUS_TODAY: Record<Phase, KstatusStatus> = {
-  building: 'InProgress',
-  waking: 'InProgress',
-  up: 'Current',
-  hibernated: 'InProgress',
-  failed: 'InProgress',
+/** The condition kstatus reports as the cause for each phase (none when Current). */
+const KSTATUS_CONDITION: Record<Phase, string[]> = {
+  building: ['Reconciling'],
+  waking: ['Reconciling'],
+  up: [],
+  hibernated: [],
+  failed: ['Stalled'],
 };
 
-const ARGO_GOAL: Record<Phase, string> = {
+const ARGO: Record<Phase, string> = {
   building: 'Progressing',
   waking: 'Progressing',
   up: 'Healthy',
@@ -111,30 +107,41 @@ afterAll(async () => {
   await ns?.remove();
 });
 
-const phases = Object.keys(KSTATUS_GOAL) as Phase[];
+const phases = Object.keys(KSTATUS) as Phase[];
 
 describe('kstatus (cli-utils v0.37.2) on DedicatedEndpoints', () => {
   const status = (phase: Phase) => computed.get(phase)?.status;
 
-  it('says what KSTATUS_TODAY records, for every phase (objects as read, and the live objects)', () => {
-    expect(Object.fromEntries(phases.map((p) => [p, status(p)]))).toEqual(KSTATUS_TODAY);
+  it('is InProgress for building and waking, Current for up and hibernated, Failed for failed', () => {
+    expect(Object.fromEntries(phases.map((p) => [p, status(p)]))).toEqual(KSTATUS);
+    for (const phase of phases)
+      expect(
+        computed.get(phase)?.conditions.map((c) => c.type),
+        phase,
+      ).toEqual(KSTATUS_CONDITION[phase]);
+  });
+
+  it('says the same of the live objects (read through KUBECONFIG by the Go program)', () => {
     expect([...live.keys()].sort()).toEqual(['failed', 'hibernated', 'up']);
-    for (const [phase, result] of live) expect(result.status, `live ${phase}`).toBe(KSTATUS_TODAY[phase]);
+    for (const [phase, result] of live) expect(result.status, `live ${phase}`).toBe(KSTATUS[phase]);
   });
 
-  it('meets the goal for building, waking and up', () => {
-    for (const phase of ['building', 'waking', 'up'] as const)
-      expect(status(phase), phase).toBe(KSTATUS_GOAL[phase]);
+  it('names the failure: Failed carries the reason and the operator message', () => {
+    const failed = seen.get('failed')!;
+    expect(computed.get('failed')?.conditions).toEqual([
+      expect.objectContaining({ type: 'Stalled', reason: 'ModelTooLarge', message: failed.status!.message }),
+    ]);
+    expect(live.get('failed')?.message).toBe(failed.status!.message);
   });
 
-  // Known gaps (issue 18, operator side): hibernated must be Current (settled on purpose) and failed
-  // must be Failed with its reason (a Stalled condition). The day the operator closes them this
-  // fails: move the phase to the test above and update KSTATUS_TODAY.
-  it('does not yet meet the goal for hibernated and failed (known gaps)', () => {
-    expect(status('hibernated')).not.toBe(KSTATUS_GOAL.hibernated);
-    expect(status('failed')).not.toBe(KSTATUS_GOAL.failed);
-    // Today a failure reads as "still reconciling", from Ready=False: nothing says it stopped.
-    expect(computed.get('failed')?.conditions.map((c) => c.type)).toEqual(['Reconciling']);
+  it('sees observedGeneration on the status and on every condition of every phase', () => {
+    for (const [phase, ep] of seen) {
+      const generation = ep.metadata.generation;
+      expect(ep.status?.observedGeneration, phase).toBe(generation);
+      expect(ep.status?.conditions?.length, phase).toBe(5);
+      for (const c of ep.status!.conditions!)
+        expect(c.observedGeneration, `${phase} ${c.type}`).toBe(generation);
+    }
   });
 
   it('reports the generation check on its own: a spec the operator has not observed is InProgress', async () => {
@@ -152,7 +159,7 @@ describe('the Argo CD health check shipped with the chart, on the same objects',
     for (const phase of phases) {
       const ep = seen.get(phase)!;
       const health = await argocdHealth(ep);
-      expect(health.status, phase).toBe(ARGO_GOAL[phase]);
+      expect(health.status, phase).toBe(ARGO[phase]);
       expect(health.message, phase).toBe(`${ep.status!.reason}: ${ep.status!.message}`);
     }
   });

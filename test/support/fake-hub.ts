@@ -16,6 +16,8 @@ export interface FakeModel {
 export const FAKE_MODELS: Record<string, FakeModel> = {
   'org/small': { parameters: { BF16: 500_000_000 } },
   'org/huge': { parameters: { BF16: 405_000_000_000 } },
+  // ≈ 37 GiB of weights: too large for one 24 GiB GPU, fits one 80 GiB GPU.
+  'org/mid': { parameters: { BF16: 20_000_000_000 } },
   'org/gated': { gated: 'manual', parameters: { BF16: 8_000_000_000 }, tokens: ['hf_good'] },
   'org/unknown-size': {},
 };

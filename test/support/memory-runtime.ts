@@ -28,6 +28,7 @@ export function memoryRuntime(): MemoryRuntime {
     get: (id) => (endpoint && endpoint.metadata.name === id ? endpoint : undefined),
     list: () => (endpoint ? [endpoint] : []),
     create: () => Promise.reject(new Error('the benchmark runtime does not create endpoints')),
+    update: () => Promise.reject(new Error('the benchmark runtime does not update endpoints')),
     delete: async () => false,
     async annotate(id, values) {
       annotations++;

@@ -27,6 +27,12 @@ import type { PlatformUpstream } from './upstream/platform.ts';
 import { ApiError } from './errors.ts';
 import type { Billing } from './billing/index.ts';
 import { registerBillingAdminRoutes, registerBillingRoutes } from './routes/billing.ts';
+import type { DashboardAuth } from './auth/index.ts';
+import { DEV_IDP_PATH } from './auth/index.ts';
+import { apiSessions } from './auth/session.ts';
+import { registerAuthRoutes } from './routes/auth.ts';
+import { webApp } from './http/web.ts';
+import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -58,6 +64,12 @@ export interface AppDeps {
   elastic?: { catalog: ElasticCatalog; caller: ElasticCaller };
   /** Balances, the ledger, GPU invoices: absent in tests that do not need them (no routes then). */
   billing?: Billing;
+  /** The dashboard's sign-in and sessions: absent in tests that do not need them. */
+  auth?: DashboardAuth;
+  /** The dashboard's static build (apps/web/dist), served at `/` when it exists. */
+  webDir?: string;
+  /** The tool catalog and per-account enablement: absent in tests that do not need them. */
+  tools?: ToolRouteDeps;
   adminToken: string;
   keys: KeyService;
   health: HealthRepository;
@@ -100,13 +112,34 @@ export function createApp(deps: AppDeps): express.Express {
   registerAdminRoutes(adminRoutes, deps);
   if (deps.billing) registerBillingAdminRoutes(adminRoutes, { billing: deps.billing });
   if (deps.elastic) registerCatalogAdminRoutes(adminRoutes, { catalog: deps.elastic.catalog });
+  if (deps.tools) registerToolAdminRoutes(adminRoutes, deps.tools);
   app.use('/admin', admin);
 
+  const auth = deps.auth;
+  if (auth) {
+    app.use(DEV_IDP_PATH, (req, res, next) => {
+      const idp = auth.devIdp();
+      if (idp) idp(req, res, next);
+      else next();
+    });
+    const signIn = express.Router();
+    signIn.use(auth.sessions.middleware, ...jsonBody(deps.config.MAX_BODY_BYTES));
+    registerAuthRoutes(new Routes(signIn, doc, '/auth'), {
+      keys: deps.keys,
+      signIn: () => auth.signIn(),
+      publicUrl: deps.config.PUBLIC_URL,
+      logger: deps.logger,
+    });
+    app.use('/auth', signIn);
+  }
+
   const api = express.Router();
+  if (auth) api.use(apiSessions(auth.sessions));
   api.use(...jsonBody(deps.config.MAX_BODY_BYTES));
   const routes = new Routes(api, doc, '/api', deps.keys);
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
+  if (deps.tools) registerToolRoutes(routes, deps.tools);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   const c = deps.config;
@@ -160,6 +193,7 @@ export function createApp(deps: AppDeps): express.Express {
   app.use('/api', api);
 
   document = JSON.stringify(doc.document(API_VERSION));
+  if (deps.webDir) app.use(webApp(deps.webDir));
 
   app.use(notFound());
   app.use(errorHandler(deps.logger));

@@ -2,6 +2,7 @@
 // the process with a message that names the variable and says what to fix.
 import { reconcilerEnv } from '@berth/operator';
 import { z } from 'zod';
+import { parseSecretsKey } from './secrets/sealed.ts';
 
 const port = z.coerce
   .number({ error: 'must be a number' })
@@ -20,7 +21,13 @@ export const configSchema = z
     // The reconciler's variables (local mode runs it): BERTH_PROVISIONING_TIMEOUT_SECONDS, HF_ENDPOINT, …
     ...reconcilerEnv.shape,
     PORT: port.default(8080).describe('TCP port the API listens on'),
-    HOST: z.string().min(1).default('0.0.0.0').describe('Address the API binds'),
+    HOST: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        'Address the API binds. Unset: 0.0.0.0 in a pod or with a cluster configured, else 127.0.0.1 (local mode: this machine only)',
+      ),
     DATABASE_URL: z
       .string()
       .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
@@ -60,14 +67,6 @@ export const configSchema = z
       .describe(
         'JSON/YAML file of Elastic catalog entries (`{"models": {"<name>": <entry>}}`), applied at start-up (idempotent)',
       ),
-    BERTH_SECRETS_KEY: z
-      .string()
-      .refine(
-        (v) => /^[0-9a-fA-F]{64}$/.test(v) || Buffer.from(v, 'base64').length === 32,
-        'must be 32 random bytes as 64 hex digits or base64 (e.g. `openssl rand -hex 32`)',
-      )
-      .optional()
-      .describe("AES-256-GCM key sealing the Elastic catalog's external backend secrets at rest"),
     ELASTIC_COOLDOWN_MS: positiveInt('milliseconds')
       .default(5_000)
       .describe('How long an Elastic backend that failed (5xx, connection error, 429) is skipped'),
@@ -179,6 +178,46 @@ export const configSchema = z
       .describe(
         'How long a replica short of balance waits for the others to give back unused slices before answering 402',
       ),
+    BILLING_GPU_SYNC_INTERVAL_MS: positiveInt('milliseconds')
+      .default(30_000)
+      .describe(
+        "How often the GPU meter re-reads every endpoint's replicas (besides every change it is told of): a replica that ends while no API replica runs is billed up to the last such pass",
+      ),
+    // ── Dashboard sign-in (auth/, routes/auth.ts) ──
+    BERTH_OIDC_ISSUER: z
+      .string()
+      .url('must be the issuer URL of an OpenID Connect provider, e.g. https://accounts.google.com')
+      .refine((u) => {
+        const url = new URL(u);
+        return url.protocol === 'https:' || isLoopbackHost(url.hostname);
+      }, 'must be an https:// URL (plain http:// only for a provider on localhost)')
+      .optional()
+      .describe('OpenID Connect issuer the dashboard signs in with (its /.well-known/openid-configuration)'),
+    BERTH_OIDC_CLIENT_ID: z.string().min(1).optional().describe('The dashboard’s client id at that issuer'),
+    BERTH_OIDC_CLIENT_SECRET: z.string().min(1).optional().describe('The dashboard’s client secret'),
+    BERTH_DEV_IDP: z
+      .enum(['auto', 'true', 'false'], { error: 'must be auto, true or false' })
+      .default('auto')
+      .describe(
+        'The in-process development identity provider at /idp. auto: on with the embedded database and no BERTH_OIDC_ISSUER',
+      ),
+    BERTH_SESSION_TTL_HOURS: positiveInt('hours')
+      .default(12)
+      .describe('How long a dashboard session lasts after sign-in'),
+    // ── Managed tools (apps/api/src/tools) ──
+    BERTH_SECRETS_KEY: z
+      .string()
+      .refine(
+        (v) => parseSecretsKey(v) !== undefined,
+        'must be 32 bytes as 64 hex digits or base64 (use e.g. `openssl rand -hex 32`)',
+      )
+      .optional()
+      .describe(
+        "Key that seals secrets at rest (MCP servers' headers). Unset: generated into BERTH_DATA_DIR with the embedded database; with DATABASE_URL, tools with headers are refused",
+      ),
+    MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
+      .default(16)
+      .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
     // ──
   })
   .superRefine((c, ctx) => {
@@ -187,6 +226,28 @@ export const configSchema = z
         code: 'custom',
         path: ['BILLING_LEASE_TTL_MS'],
         message: 'must be at least three times BILLING_FLUSH_INTERVAL_MS (leases are renewed when flushed)',
+      });
+    }
+    const oidc = [c.BERTH_OIDC_ISSUER, c.BERTH_OIDC_CLIENT_ID, c.BERTH_OIDC_CLIENT_SECRET];
+    if (oidc.some(Boolean) && !oidc.every(Boolean)) {
+      for (const [name, v] of [
+        ['BERTH_OIDC_ISSUER', c.BERTH_OIDC_ISSUER],
+        ['BERTH_OIDC_CLIENT_ID', c.BERTH_OIDC_CLIENT_ID],
+        ['BERTH_OIDC_CLIENT_SECRET', c.BERTH_OIDC_CLIENT_SECRET],
+      ] as const)
+        if (!v)
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message:
+              'is required too: BERTH_OIDC_ISSUER, BERTH_OIDC_CLIENT_ID and BERTH_OIDC_CLIENT_SECRET go together',
+          });
+    }
+    if (c.BERTH_OIDC_ISSUER && c.BERTH_DEV_IDP === 'true') {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['BERTH_DEV_IDP'],
+        message: 'cannot be true with BERTH_OIDC_ISSUER set: the dashboard signs in with one provider',
       });
     }
     if (c.DATABASE_URL && !c.ADMIN_TOKEN) {
@@ -199,6 +260,11 @@ export const configSchema = z
   });
 
 export type Config = z.infer<typeof configSchema>;
+
+/** localhost, 127.x.x.x, [::1]: where plain HTTP stays on this machine. */
+export function isLoopbackHost(hostname: string): boolean {
+  return hostname === 'localhost' || hostname === '[::1]' || /^127\./.test(hostname);
+}
 
 export class ConfigError extends Error {}
 

@@ -18,6 +18,17 @@ const table = {
     type: 'permission_error',
     message: 'This API key does not have the scope this route needs',
   },
+  no_inference_key: {
+    status: 403,
+    type: 'permission_error',
+    message: 'You must generate an API key first to use inference.',
+  },
+  csrf_failed: {
+    status: 403,
+    type: 'permission_error',
+    message:
+      'Missing or invalid CSRF token: send the X-CSRF-Token header with the csrfToken of GET /auth/session',
+  },
   endpoint_not_owned: {
     status: 403,
     type: 'permission_error',
@@ -28,6 +39,28 @@ const table = {
     status: 402,
     type: 'insufficient_quota',
     message: 'Insufficient balance / payment required',
+  },
+  tool_not_allowed: {
+    status: 403,
+    type: 'permission_error',
+    message: 'This tool is not allowed for this key',
+  },
+  unknown_tool: { status: 400, type: 'invalid_request_error', message: 'Unknown tool' },
+  olympus_not_enabled: {
+    status: 400,
+    type: 'invalid_request_error',
+    message:
+      'Olympus is not enabled for this API key. Enable it via POST /api/tools with tool_id = "olympus", or adjust the key\'s tool pin.',
+  },
+  builtin_tool: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'This is a built-in feature switch; it cannot be replaced or removed',
+  },
+  secrets_unavailable: {
+    status: 503,
+    type: 'api_error',
+    message: 'Secrets cannot be stored: set BERTH_SECRETS_KEY on the API (e.g. `openssl rand -hex 32`)',
   },
   not_found: { status: 404, type: 'invalid_request_error', message: 'Not found' },
   model_not_found: { status: 404, type: 'invalid_request_error', message: 'The model does not exist' },
@@ -42,6 +75,21 @@ const table = {
     status: 409,
     type: 'invalid_request_error',
     message: 'The balance not held by calls in flight is too low for this adjustment',
+  },
+  endpoint_conflict: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'The endpoint was changed by another request; read it again and retry',
+  },
+  endpoint_immutable: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'This field of an endpoint cannot be changed in place',
+  },
+  endpoint_not_wakeable: {
+    status: 409,
+    type: 'invalid_request_error',
+    message: 'The endpoint cannot be woken in its current state',
   },
   request_too_large: { status: 413, type: 'invalid_request_error', message: 'Request body too large' },
   unsupported_media_type: {
@@ -98,6 +146,16 @@ export class ApiError extends Error {
     this.headers = options.headers ?? {};
   }
 }
+
+/** 404 for an endpoint id that is unknown (or gone). */
+export const endpointNotFound = (id: string) =>
+  new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
+
+/** 409 for a write that lost a race with another one (or names a generation that is not current). */
+export const endpointChanged = (id: string) =>
+  new ApiError('endpoint_conflict', {
+    message: `Endpoint ${id} was changed by another request (its generation moved on): read it again and retry`,
+  });
 
 /** The body for an error in a route family: spec §7's dual OpenAI shape, or `{"error": "..."}`. */
 export function errorBody(err: ApiError, family: ErrorFamily): Record<string, unknown> {

@@ -10,3 +10,4 @@ export type {
   Endpoints,
   EndpointWrites,
 } from './endpoints/ports.ts';
+export { devIdentityProvider } from './auth/dev-idp.ts';

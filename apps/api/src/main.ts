@@ -1,4 +1,5 @@
 // `npm start`: read the configuration from the environment, start the API, stop on SIGTERM/SIGINT.
+import './node-version.mjs';
 import { ConfigError, parseConfig } from './config.ts';
 import { startApi } from './server.ts';
 

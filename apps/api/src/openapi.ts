@@ -5,7 +5,7 @@ import { z } from 'zod';
 export type Auth = 'admin' | 'key' | 'none';
 
 export interface Operation {
-  method: 'get' | 'post' | 'put' | 'delete';
+  method: 'get' | 'post' | 'put' | 'patch' | 'delete';
   /** OpenAPI path template, e.g. `/api/keys/{id}`. */
   path: string;
   summary: string;
@@ -13,6 +13,8 @@ export interface Operation {
   tag: string;
   auth: Auth;
   scopes?: readonly string[];
+  /** A dashboard session may call it too (no Bearer header; X-CSRF-Token on state changes). */
+  session?: boolean;
   body?: z.ZodType;
   responses: Record<number, { description: string; schema?: z.ZodType; contentType?: string }>;
 }
@@ -38,7 +40,13 @@ export class ApiDoc {
         summary: op.summary,
         description: (op.description ?? '') + scopes || undefined,
         tags: [op.tag],
-        security: op.auth === 'none' ? [] : [{ [op.auth === 'admin' ? 'adminToken' : 'apiKey']: [] }],
+        security:
+          op.auth === 'none'
+            ? []
+            : [
+                { [op.auth === 'admin' ? 'adminToken' : 'apiKey']: [] },
+                ...(op.session ? [{ dashboardSession: [] }] : []),
+              ],
         parameters: params.length ? params : undefined,
         requestBody: op.body
           ? {
@@ -72,6 +80,13 @@ export class ApiDoc {
         securitySchemes: {
           apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: `svc_live_` + 33 characters' },
           adminToken: { type: 'http', scheme: 'bearer', description: 'The operator-provided ADMIN_TOKEN' },
+          dashboardSession: {
+            type: 'apiKey',
+            in: 'cookie',
+            name: 'berth_session',
+            description:
+              'The dashboard’s session (sign in at /auth/login). Calls that change state also send the X-CSRF-Token header with the csrfToken of GET /auth/session.',
+          },
         },
       },
       paths,

@@ -1,11 +1,13 @@
 // Composition root: configuration in, a listening API out. main.ts and the tests both use it.
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { openMigratedDatabase } from '@berth/db';
 import { createApp } from './app.ts';
-import type { Config } from './config.ts';
+import { ConfigError, type Config } from './config.ts';
+import { lockDataDir, type DataDirLock } from './data-dir-lock.ts';
 import { keyHasher } from './keys/format.ts';
 import { localRevocationBus, postgresRevocationBus, type RevocationBus } from './keys/revocation-bus.ts';
 import { keyService, type KeyService } from './keys/service.ts';
@@ -15,7 +17,14 @@ import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
-import { kubernetesRuntime, localRuntime, type EndpointRuntime } from './endpoints/index.ts';
+import {
+  kubernetesGpuMeter,
+  kubernetesRuntime,
+  localRuntime,
+  type EndpointRuntime,
+} from './endpoints/index.ts';
+import { GPU_METER_LOCK, pgLeadership, soleLeadership, type Leadership } from './billing/leadership.ts';
+import { gpuMeterMetrics } from './billing/metrics.ts';
 import { proxyAgent } from './proxy/agent.ts';
 import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
 import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
@@ -24,6 +33,12 @@ import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
 import { startBilling, type Billing } from './billing/index.ts';
 import { startElastic, type Elastic } from './elastic/index.ts';
+import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
+
+/** The dashboard's static build (`npm run build -w @berth/web`). */
+export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
+import { toolRepository } from './repositories/tools.ts';
+import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 
 export interface RunningApi {
   url: string;
@@ -42,13 +57,43 @@ export interface RunningApi {
   close(): Promise<void>;
 }
 
-export async function startApi(config: Config, options: { logger?: Logger } = {}): Promise<RunningApi> {
+export async function startApi(
+  config: Config,
+  options: {
+    logger?: Logger;
+    /** The clock of GPU metering and invoices; tests move it. */
+    now?: () => Date;
+  } = {},
+): Promise<RunningApi> {
   const logger = options.logger ?? createLogger(config.LOG_LEVEL);
-  const db = await openMigratedDatabase(
-    config.DATABASE_URL
-      ? { kind: 'postgres', url: config.DATABASE_URL, poolSize: config.DB_POOL_SIZE }
-      : { kind: 'embedded', dataDir: path.join(config.BERTH_DATA_DIR, 'db') },
-  );
+  const inCluster =
+    !!process.env.KUBERNETES_SERVICE_HOST &&
+    existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
+  const kind = runtimeKind(config, inCluster);
+  // The port first: a busy one must stop the process before anything is written to the data dir.
+  const server = await bind(config.PORT, bindHost(config, inCluster));
+  let lock: DataDirLock | undefined;
+  let db: Awaited<ReturnType<typeof openMigratedDatabase>>;
+  try {
+    // The data dir holds the embedded database and local mode's engine processes: one API owns it.
+    if (!config.DATABASE_URL || kind === 'local') {
+      lock = await lockDataDir(config.BERTH_DATA_DIR);
+      if (lock.stalePid)
+        logger.warn(
+          { file: lock.file, pid: lock.stalePid },
+          'took over the data dir lock of a process that is gone',
+        );
+    }
+    db = await openMigratedDatabase(
+      config.DATABASE_URL
+        ? { kind: 'postgres', url: config.DATABASE_URL, poolSize: config.DB_POOL_SIZE }
+        : { kind: 'embedded', dataDir: path.join(config.BERTH_DATA_DIR, 'db') },
+    );
+  } catch (err) {
+    await lock?.release();
+    await closeServer(server);
+    throw err;
+  }
   if (db.applied.length) logger.info({ migrations: db.applied }, 'applied database migrations');
   if (db.kind === 'embedded')
     logger.info(
@@ -65,12 +110,10 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
   let dispatcher: Agent | undefined;
   let billing: Billing | undefined;
   let elastic: Elastic | undefined;
+  let gpuMeter: Leadership | undefined;
+  let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
-    const inCluster =
-      !!process.env.KUBERNETES_SERVICE_HOST &&
-      existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
-    const kind = runtimeKind(config, inCluster);
     if (kind === 'kubernetes') {
       runtime = kubernetesRuntime(config, logger);
     } else if (kind === 'local') {
@@ -98,15 +141,34 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         })
       : localRevocationBus();
     const metrics = createMetrics();
-    billing = await startBilling({ config, db, catalog, logger, registry: metrics.registry });
-    elastic = await startElastic({
+    billing = await startBilling({
       config,
       db,
+      catalog,
       logger,
-      wallet: billing.wallet,
-      dispatcher,
-      ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
+      registry: metrics.registry,
+      ...(options.now ? { now: options.now } : {}),
     });
+    if (kind === 'kubernetes') {
+      const meterMetrics = gpuMeterMetrics(metrics.registry);
+      const work = kubernetesGpuMeter(config, {
+        gpu: billing.gpu,
+        logger,
+        now: options.now ?? (() => new Date()),
+        onSync: meterMetrics.sync,
+      });
+      // Exactly one API replica meters GPU time; on the embedded database there is only one.
+      gpuMeter = config.DATABASE_URL
+        ? pgLeadership({
+            url: config.DATABASE_URL,
+            lock: GPU_METER_LOCK,
+            name: 'gpu-meter',
+            work,
+            logger,
+            onChange: meterMetrics.leading,
+          })
+        : soleLeadership(work, logger);
+    }
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -116,6 +178,17 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
+    });
+    auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
+    const secrets = await secretsSealer(config, logger);
+    elastic = await startElastic({
+      config,
+      db,
+      logger,
+      wallet: billing.wallet,
+      dispatcher,
+      ...(secrets ? { sealer: secrets } : {}),
+      ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
     });
     const lifecycle: Lifecycle = { shuttingDown: false };
     const app = createApp({
@@ -133,20 +206,22 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           : undefined,
       billing,
       elastic,
+      auth,
+      webDir: WEB_DIR,
+      tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
     });
 
-    const server = app.listen(config.PORT, config.HOST);
-    await new Promise<void>((resolve, reject) => {
-      server.once('listening', resolve);
-      server.once('error', reject);
-    });
+    server.off('request', starting);
+    server.on('request', app);
     // Streams may run for the whole wall-clock limit; Node's defaults would cut them.
     server.requestTimeout = 0;
     server.headersTimeout = 60_000;
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;
-    const host = config.HOST === '0.0.0.0' || config.HOST === '::' ? '127.0.0.1' : config.HOST;
-    logger.info({ port, host: config.HOST }, 'Berth API listening');
+    auth.listening(port);
+    const bound = bindHost(config, inCluster);
+    const host = bound === '0.0.0.0' || bound === '::' ? '127.0.0.1' : bound;
+    logger.info({ port, host: bound }, 'Berth API listening');
     logger.flush();
 
     const k = keys;
@@ -158,6 +233,8 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     const d = dispatcher;
     const bill = billing;
     const el = elastic;
+    const meter = gpuMeter;
+    const au = auth;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -177,6 +254,7 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           const grace = setTimeout(() => server.closeAllConnections(), config.SHUTDOWN_GRACE_MS);
           await drained;
           clearTimeout(grace);
+          await meter?.close();
           await up?.close();
           await rt?.close();
           await d?.close();
@@ -184,14 +262,17 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
           await l?.close();
           await el.close();
           await bill.close();
+          au.close();
           await k.close();
           await b.close();
           await db.close();
+          await lock?.release();
           logger.info('Berth API stopped');
           logger.flush();
         })()),
     };
   } catch (err) {
+    await gpuMeter?.close();
     await upstream?.close();
     await runtime?.close();
     await dispatcher?.close();
@@ -199,11 +280,64 @@ export async function startApi(config: Config, options: { logger?: Logger } = {}
     await limiter?.close();
     await elastic?.close();
     await billing?.close();
+    auth?.close();
     await keys?.close();
     await bus?.close();
     await db.close();
+    await lock?.release();
+    await closeServer(server);
     throw err;
   }
+}
+
+/** Until the app is assembled, the bound port answers 503 (a client that came early may retry). */
+function starting(_req: IncomingMessage, res: ServerResponse): void {
+  res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
+  res.end(JSON.stringify({ error: 'Berth is starting; retry in a moment', code: 'service_unavailable' }));
+}
+
+/** Listens, or explains in one line why it cannot (a ConfigError: the process exits 78). */
+async function bind(port: number, host: string): Promise<Server> {
+  const server = createServer(starting);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+    server.listen(port, host);
+  }).catch((err: NodeJS.ErrnoException) => {
+    const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+    if (err.code === 'EADDRINUSE')
+      throw new ConfigError(
+        `Port ${port} is already in use on ${host}: stop what listens on ${where}, or set PORT to a free port`,
+      );
+    if (err.code === 'EACCES')
+      throw new ConfigError(
+        `Not allowed to listen on ${where} (ports below 1024 need privileges): set PORT to 1024 or above`,
+      );
+    if (err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND')
+      throw new ConfigError(
+        `HOST ${host} is not an address of this machine: set HOST to one (e.g. 127.0.0.1 or 0.0.0.0)`,
+      );
+    throw err;
+  });
+  return server;
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => server.close(() => resolve()));
+}
+
+/**
+ * Where the API listens when HOST is unset: every interface in a pod or next to a cluster (a Service
+ * or ingress must reach it), only this machine in local mode (a laptop's quick start must not expose
+ * the admin API to its network).
+ */
+export function bindHost(
+  config: Pick<Config, 'HOST' | 'BERTH_RUNTIME' | 'KUBECONFIG'>,
+  inCluster: boolean,
+): string {
+  if (config.HOST) return config.HOST;
+  const cluster = inCluster || !!config.KUBECONFIG || config.BERTH_RUNTIME === 'kubernetes';
+  return cluster ? '0.0.0.0' : '127.0.0.1';
 }
 
 /**
@@ -215,6 +349,33 @@ export function runtimeKind(config: Config, inCluster: boolean): 'kubernetes' | 
   if (config.BERTH_RUNTIME !== 'auto') return config.BERTH_RUNTIME;
   if (config.KUBECONFIG || inCluster) return 'kubernetes';
   return config.DATABASE_URL ? 'none' : 'local';
+}
+
+/**
+ * BERTH_SECRETS_KEY, or — with the embedded database, which lives in the same directory — one
+ * generated once into BERTH_DATA_DIR. With DATABASE_URL and no key, no secret can be stored.
+ */
+async function secretsSealer(config: Config, logger: Logger): Promise<Sealer | undefined> {
+  if (config.BERTH_SECRETS_KEY) return sealer(parseSecretsKey(config.BERTH_SECRETS_KEY)!);
+  if (config.DATABASE_URL) {
+    logger.warn(
+      'BERTH_SECRETS_KEY is not set: managed tools with headers (credentials) cannot be registered',
+    );
+    return undefined;
+  }
+  const file = path.join(config.BERTH_DATA_DIR, 'secrets-key');
+  const existing = (await readFile(file, 'utf8').catch(() => ''))?.trim();
+  const key = existing ? parseSecretsKey(existing) : undefined;
+  if (key) return sealer(key);
+  if (existing)
+    throw new Error(
+      `${file} does not hold a secrets key (64 hex digits); restore it or set BERTH_SECRETS_KEY`,
+    );
+  const fresh = newSecretsKey();
+  await mkdir(config.BERTH_DATA_DIR, { recursive: true });
+  await writeFile(file, fresh + '\n', { mode: 0o600 });
+  logger.info({ file }, 'generated a secrets key (set BERTH_SECRETS_KEY to choose one)');
+  return sealer(parseSecretsKey(fresh)!);
 }
 
 /**

@@ -18,6 +18,19 @@ function memoryRepo() {
     async accountExists() {
       return true;
     },
+    async accountOfIdentity() {
+      return null;
+    },
+    async findAccount() {
+      return null;
+    },
+    async firstActiveKey(accountId, scopes) {
+      return (
+        [...rows.values()].find(
+          (r) => r.accountId === accountId && !r.revokedAt && scopes.includes(r.scope),
+        ) ?? null
+      );
+    },
     async createKey(key: NewKey) {
       const row = { ...key, createdAt: new Date(), lastUsedAt: null, revokedAt: null };
       rows.set(key.id, row);

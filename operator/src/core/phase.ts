@@ -1,5 +1,6 @@
 import type { DedicatedEndpoint, FailureReason, Phase } from '@berth/crds';
 import { ANNOTATION_LAST_ACTIVITY, ANNOTATION_WAKE_REQUESTED } from '@berth/crds';
+import { conditionsFor } from './conditions.ts';
 import type {
   Decision,
   Deadlines,
@@ -78,12 +79,6 @@ export function decide(
     const changed = phase !== status.phase || reason !== status.reason;
     const events: PhaseEvent[] = [...extraEvents];
     if (changed) events.push({ type: phase === 'failed' ? 'Warning' : 'Normal', reason, message });
-    const cond = (type: string, on: boolean) => ({
-      type,
-      status: on ? ('True' as const) : ('False' as const),
-      reason: on ? reason : phase === 'failed' ? 'Failed' : capitalize(phase),
-      message: on ? message : `Endpoint is ${phase}`,
-    });
     return {
       phase,
       reason,
@@ -92,11 +87,7 @@ export function decide(
       requeueAfterMs: requeueAfterMs === undefined ? undefined : Math.max(1000, Math.ceil(requeueAfterMs)),
       memory: m,
       events,
-      conditions: [
-        cond('Ready', phase === 'up'),
-        cond('Hibernated', phase === 'hibernated'),
-        cond('Failed', phase === 'failed'),
-      ],
+      conditions: conditionsFor(phase, reason, message),
       wakeDurationSeconds,
     };
   };
@@ -261,8 +252,4 @@ function latest(a: Date | undefined, b: Date | undefined): Date | undefined {
 
 function readyMessage(n: number): string {
   return `${n} replica${n === 1 ? '' : 's'} ready`;
-}
-
-function capitalize(s: string): string {
-  return s.charAt(0).toUpperCase() + s.slice(1);
 }

@@ -1,10 +1,5 @@
-import type {
-  Condition,
-  DedicatedEndpoint,
-  DedicatedEndpointStatus,
-  FailureReason,
-  Phase,
-} from '@berth/crds';
+import type { DedicatedEndpoint, DedicatedEndpointStatus, FailureReason, Phase } from '@berth/crds';
+import type { PhaseCondition } from './conditions.ts';
 
 // The runtime-agnostic seam. The Kubernetes runtime (k8s/) implements it with informers and
 // server-side apply, the local runtime (local/) with processes and the API's database. Nothing in
@@ -75,7 +70,7 @@ export interface Decision {
   requeueAfterMs?: number;
   memory: Memory;
   events: PhaseEvent[];
-  conditions: Array<Pick<Condition, 'type' | 'status' | 'reason' | 'message'>>;
+  conditions: PhaseCondition[];
   /** Set on the pass a wake completes. */
   wakeDurationSeconds?: number;
 }

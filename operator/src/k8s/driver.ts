@@ -1,27 +1,41 @@
 import type { DedicatedEndpoint, InstanceType } from '@berth/crds';
 import { FIELD_MANAGER, LABEL_SPEC_HASH } from '@berth/crds';
-import type { KubeConfig, V1Secret } from '@kubernetes/client-node';
+import type { KubeConfig, KubernetesObject, V1Secret } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
 import { CoreV1Api, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
 import type { HubToken } from '../core/preflight.ts';
 import type { WorkloadDriver } from '../core/runtime.ts';
 import type { ObservedWorkload } from '../core/types.ts';
 import type { BuildConfig } from './builders.ts';
 import { desiredCacheClaim, desiredDeployment, desiredService, serviceUrl } from './builders.ts';
-import type { KubeCache } from './cache.ts';
+import { keyOf, type KubeCache } from './cache.ts';
+import { driftOf } from './drift.ts';
 import { observeWorkload } from './observe.ts';
 
 // The endpoint's workload on Kubernetes: a Deployment, a Service and optionally a model-cache PVC,
-// server-side applied from the pure builders when the cache shows they differ; observed from the
-// Deployment and its pods.
+// server-side applied from the pure builders when the cache shows they differ (drift.ts); observed
+// from the Deployment and its pods.
+
+/** What the operator writes, as the writes metric labels it. */
+export type WrittenResource =
+  'deployment' | 'service' | 'persistentvolumeclaim' | 'status' | 'finalizer' | 'event';
 
 export class KubeWorkloadDriver implements WorkloadDriver {
   private readonly objects: KubernetesObjectApi;
   private readonly core: CoreV1Api;
+  /** Endpoint key → `uid/size` of the model-cache claim applied for it. */
+  private readonly claimsApplied = new Map<string, string>();
 
   constructor(
     private readonly cache: KubeCache,
     kc: KubeConfig,
-    private readonly o: { build: BuildConfig; crashLoopRestarts: number },
+    private readonly o: {
+      build: BuildConfig;
+      crashLoopRestarts: number;
+      log?: Logger;
+      /** Every write to the API server (a metric: a quiet resync writes nothing). */
+      onWrite?: (resource: WrittenResource) => void;
+    },
   ) {
     this.objects = KubernetesObjectApi.makeApiClient(kc);
     this.core = kc.makeApiClient(CoreV1Api);
@@ -42,39 +56,58 @@ export class KubeWorkloadDriver implements WorkloadDriver {
     const cached = this.cache.deployment(ep);
     if (!instanceType) {
       // Nothing valid to run: remove the engine (the Service and cache stay until the endpoint goes).
-      if (cached)
+      if (cached) {
         await this.objects.delete({
           apiVersion: 'apps/v1',
           kind: 'Deployment',
           metadata: { name, namespace },
         });
+        this.o.onWrite?.('deployment');
+      }
       return;
     }
     const build = this.o.build;
     if (build.modelCache.kind === 'pvc') {
+      // No informer for claims: applied once per endpoint and process (a claim in use is protected
+      // from deletion by Kubernetes itself; its spec is immutable but for its size).
       const claim = desiredCacheClaim(ep, build.modelCache);
-      await this.objects.patch(
-        claim,
-        undefined,
-        undefined,
-        FIELD_MANAGER,
-        true,
-        PatchStrategy.ServerSideApply,
+      const applied = `${ep.metadata.uid}/${claim.spec.resources.requests.storage}`;
+      if (this.claimsApplied.get(keyOf(namespace, name)) !== applied) {
+        await this.ssa(claim, 'persistentvolumeclaim');
+        this.claimsApplied.set(keyOf(namespace, name), applied);
+      }
+    }
+    // Re-applied whenever the live object departs from the desired one in a field we own (deleted,
+    // scaled or edited by hand, or a new spec): the watches bring such a change here at once.
+    await this.applyIfDrifted(ep, desiredService(ep), this.cache.service(ep), 'service');
+    await this.applyIfDrifted(ep, desiredDeployment(ep, instanceType, build, replicas), cached, 'deployment');
+  }
+
+  /** Forget what was applied for a deleted endpoint. */
+  forget(key: string): void {
+    this.claimsApplied.delete(key);
+  }
+
+  private async applyIfDrifted(
+    ep: DedicatedEndpoint,
+    desired: KubernetesObject,
+    live: KubernetesObject | undefined,
+    resource: WrittenResource,
+  ): Promise<void> {
+    const drift = driftOf(desired, live);
+    if (!drift) return;
+    // Absent, or the same spec hash (not a new spec): deleted or edited by hand, or a new replica count.
+    if (!live || live.metadata?.labels?.[LABEL_SPEC_HASH] === desired.metadata?.labels?.[LABEL_SPEC_HASH])
+      this.o.log?.info(
+        { endpoint: keyOf(ep.metadata.namespace, ep.metadata.name), resource, field: drift },
+        `${resource} differs from the desired one at ${drift}; re-applying`,
       );
-    }
-    const svc = desiredService(ep);
-    const cachedSvc = this.cache.service(ep);
-    if (cachedSvc?.metadata?.labels?.[LABEL_SPEC_HASH] !== svc.metadata!.labels![LABEL_SPEC_HASH]) {
-      await this.objects.patch(svc, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
-    }
-    const dep = desiredDeployment(ep, instanceType, build, replicas);
-    // Apply whole when anything we own differs; the spec hash label stands for the template.
-    if (
-      cached?.metadata?.labels?.[LABEL_SPEC_HASH] !== dep.metadata!.labels![LABEL_SPEC_HASH] ||
-      cached?.spec?.replicas !== replicas
-    ) {
-      await this.objects.patch(dep, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
-    }
+    await this.ssa(desired, resource);
+  }
+
+  private async ssa(obj: KubernetesObject, resource: WrittenResource): Promise<void> {
+    await this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
+    this.o.onWrite?.(resource);
   }
 
   url(ep: DedicatedEndpoint): string {

@@ -2,7 +2,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { BuildConfig } from './builders.ts';
 import { KubeCache } from './cache.ts';
-import { KubeWorkloadDriver } from './driver.ts';
+import { KubeWorkloadDriver, type WrittenResource } from './driver.ts';
 import { KubeEndpointStore } from './store.ts';
 
 // The Kubernetes runtime of the reconciler: its three jobs, composed. The cache watches, the store
@@ -16,6 +16,8 @@ export interface KubeRuntimeOptions {
   identity: string;
   log: Logger;
   onInformerError: () => void;
+  /** Every write to the API server, by resource. */
+  onWrite?: (resource: WrittenResource) => void;
   /** Called with the endpoint key whenever the endpoint or one of its children changes. */
   enqueue: (key: string) => void;
 }
@@ -30,7 +32,16 @@ export function kubeRuntime(o: KubeRuntimeOptions): KubeRuntime {
   const cache = new KubeCache(o);
   return {
     cache,
-    store: new KubeEndpointStore(cache, o.kc, { identity: o.identity, log: o.log }),
-    driver: new KubeWorkloadDriver(cache, o.kc, { build: o.build, crashLoopRestarts: o.crashLoopRestarts }),
+    store: new KubeEndpointStore(cache, o.kc, {
+      identity: o.identity,
+      log: o.log,
+      ...(o.onWrite ? { onWrite: o.onWrite } : {}),
+    }),
+    driver: new KubeWorkloadDriver(cache, o.kc, {
+      build: o.build,
+      crashLoopRestarts: o.crashLoopRestarts,
+      log: o.log,
+      ...(o.onWrite ? { onWrite: o.onWrite } : {}),
+    }),
   };
 }

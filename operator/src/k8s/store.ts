@@ -14,6 +14,7 @@ import type { EndpointStore } from '../core/runtime.ts';
 import type { PhaseEvent } from '../core/types.ts';
 import { errorText } from '../core/error-text.ts';
 import { keyOf, type KubeCache } from './cache.ts';
+import type { WrittenResource } from './driver.ts';
 
 // The reconciler's writes to the endpoint resource itself: status through /status, the finalizer,
 // and Kubernetes Events. Reads come from the cache.
@@ -28,7 +29,7 @@ export class KubeEndpointStore implements EndpointStore {
   constructor(
     private readonly cache: KubeCache,
     kc: KubeConfig,
-    private readonly o: { identity: string; log: Logger },
+    private readonly o: { identity: string; log: Logger; onWrite?: (resource: WrittenResource) => void },
   ) {
     this.objects = KubernetesObjectApi.makeApiClient(kc);
     this.custom = kc.makeApiClient(CustomObjectsApi);
@@ -58,6 +59,7 @@ export class KubeEndpointStore implements EndpointStore {
       },
       SSA,
     );
+    this.o.onWrite?.('status');
   }
 
   async setFinalizer(ep: DedicatedEndpoint, present: boolean): Promise<void> {
@@ -78,6 +80,7 @@ export class KubeEndpointStore implements EndpointStore {
         true,
         PatchStrategy.ServerSideApply,
       );
+      this.o.onWrite?.('finalizer');
     } catch (err) {
       if (!present && (err as { code?: number }).code === 404) return; // already gone
       throw err;
@@ -106,6 +109,7 @@ export class KubeEndpointStore implements EndpointStore {
           },
         },
       });
+      this.o.onWrite?.('event');
     } catch (err) {
       // Events are best effort: a lost event must not fail the pass (status already says it).
       this.o.log.warn(

@@ -26,6 +26,11 @@ export interface LocalEndpointRepository {
   all(): Promise<DedicatedEndpoint[]>;
   insert(e: DedicatedEndpoint): Promise<void>;
   setStatus(id: string, status: DedicatedEndpointStatus): Promise<void>;
+  /** A new spec (a new generation) and annotations, written together. */
+  setSpec(
+    id: string,
+    change: { spec: DedicatedEndpoint['spec']; generation: number; annotations: Record<string, string> },
+  ): Promise<void>;
   setAnnotations(id: string, annotations: Record<string, string>): Promise<void>;
   setFinalizers(id: string, finalizers: string[]): Promise<void>;
   markDeleted(id: string, at: Date): Promise<boolean>;
@@ -42,6 +47,15 @@ export interface LocalEndpointStore {
     displayName: string;
     spec: DedicatedEndpointSpecInput;
   }): Promise<DedicatedEndpoint>;
+  /**
+   * Replaces the spec and display name; a changed spec bumps the generation (as the Kubernetes API
+   * server does). Rejects with `code: 404` for an unknown or terminating id, `code: 409` when
+   * `generation` is given and is not the current one.
+   */
+  update(
+    id: string,
+    input: { displayName: string; spec: DedicatedEndpointSpecInput; generation?: number },
+  ): Promise<DedicatedEndpoint>;
   /** False when it did not exist. */
   delete(id: string): Promise<boolean>;
   /** Merges annotations (activity, wake requests); an unknown id rejects with `code: 404`. */
@@ -156,10 +170,35 @@ export function localEndpointStore(
         spec: DedicatedEndpointSpecSchema.parse(spec),
       };
       await serial(id, async () => {
+        // Writes of one id are serial, so this check and the insert cannot interleave with another.
+        if (cache.has(id)) throw Object.assign(new Error(`endpoint ${id} already exists`), { code: 409 });
         await repo.insert(e);
         publish(id, e);
       });
       return e;
+    },
+    async update(id, { displayName, spec, generation }) {
+      const next = DedicatedEndpointSpecSchema.parse(spec);
+      let updated: DedicatedEndpoint | undefined;
+      let conflict = false;
+      await mutate(id, (e) => {
+        if (e.metadata.deletionTimestamp) return { write: async () => {}, next: e };
+        if (generation !== undefined && e.metadata.generation !== generation) {
+          conflict = true;
+          return { write: async () => {}, next: e };
+        }
+        const same = JSON.stringify(e.spec) === JSON.stringify(next);
+        const annotations = { ...e.metadata.annotations, [ANNOTATION_DISPLAY_NAME]: displayName };
+        const gen = (e.metadata.generation ?? 1) + (same ? 0 : 1);
+        updated = { ...e, metadata: { ...e.metadata, generation: gen, annotations }, spec: next };
+        return { write: () => repo.setSpec(id, { spec: next, generation: gen, annotations }), next: updated };
+      });
+      if (conflict)
+        throw Object.assign(new Error(`endpoint ${id} changed since generation ${generation}`), {
+          code: 409,
+        });
+      if (!updated) throw Object.assign(new Error(`endpoint ${id} not found`), { code: 404 });
+      return updated;
     },
     async delete(id) {
       const at = new Date();

@@ -49,6 +49,8 @@ export async function startBilling(deps: {
   catalog: Catalog;
   logger: Logger;
   registry: Registry;
+  /** The clock of GPU metering and invoices (tests move it). */
+  now?: () => Date;
 }): Promise<Billing> {
   const { config, db } = deps;
   const logger = deps.logger.child({ component: 'billing' });
@@ -85,6 +87,7 @@ export async function startBilling(deps: {
       currency: config.BERTH_CURRENCY,
       newInvoiceId: () => newId('inv'),
       logger,
+      ...(deps.now ? { now: deps.now } : {}),
     });
     await jobs.schedule(INVOICE_JOB, INVOICE_SCHEDULE, async () => {
       const { weeks, invoices } = await gpu.issueInvoices();

@@ -37,6 +37,8 @@ export interface MeteringRepository {
   observe(endpointId: string, obs: Observation): Promise<MeterStep>;
   terminate(endpointId: string, at: Date): Promise<MeterStep>;
   meter(endpointId: string): Promise<MeterState | null>;
+  /** Endpoints whose meter is not closed yet. */
+  unterminated(): Promise<string[]>;
   /** Closed intervals of the account overlapping [from, to), and its open ones as if closed at `to`. */
   intervals(accountId: string, from: Date, to: Date): Promise<IntervalRow[]>;
   /** Issues every complete week not yet invoiced (up to `now`); returns what it issued. */
@@ -138,6 +140,14 @@ export function meteringRepository(prisma: PrismaClient): MeteringRepository {
 
     meter(endpointId) {
       return prisma.gpuMeter.findUnique({ where: { endpointId }, select: meterColumns });
+    },
+
+    async unterminated() {
+      const rows = await prisma.gpuMeter.findMany({
+        where: { terminatedAt: null },
+        select: { endpointId: true },
+      });
+      return rows.map((r) => r.endpointId);
     },
 
     async intervals(accountId, from, to) {

@@ -47,6 +47,8 @@ export interface UpcomingInvoice {
 
 export interface GpuBilling extends GpuMeter {
   meter(endpointId: string): Promise<MeterState | null>;
+  /** Endpoints whose meter is still open (a runtime closes those of endpoints it no longer has). */
+  unterminated(): Promise<string[]>;
   /** Issues every complete week not yet invoiced (the weekly job). */
   issueInvoices(): Promise<{ weeks: Date[]; invoices: number }>;
   invoices(accountId: string): Promise<InvoiceRecord[]>;
@@ -98,6 +100,7 @@ export function gpuBilling(deps: {
       await deps.repo.terminate(endpointId, at ?? now());
     },
     meter: (endpointId) => deps.repo.meter(endpointId),
+    unterminated: () => deps.repo.unterminated(),
     issueInvoices: () => deps.repo.issueInvoices(now(), deps.currency, deps.newInvoiceId),
     invoices: (accountId) => deps.repo.invoices(accountId),
     invoice: (accountId, id) => deps.repo.invoice(accountId, id),

@@ -1,6 +1,6 @@
 // Billing metrics, on the API's registry. Closed label sets: paths, outcomes and write kinds, never
 // account ids.
-import { Counter, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import type { WalletMetrics } from './wallet.ts';
 
 export function billingMetrics(registry: Registry): WalletMetrics & { invoices(n: number): void } {
@@ -32,4 +32,23 @@ export function billingMetrics(registry: Registry): WalletMetrics & { invoices(n
     uncollected: (units) => uncollected.inc(Number(units)),
     invoices: (n) => invoices.inc(n),
   };
+}
+
+/** The GPU meter: whether this replica leads it, and its syncs (one endpoint each) by outcome. */
+export function gpuMeterMetrics(registry: Registry): {
+  leading(on: boolean): void;
+  sync(outcome: 'ok' | 'error'): void;
+} {
+  const leader = new Gauge({
+    name: 'berth_gpu_meter_leader',
+    help: '1 while this API replica runs the GPU meter (exactly one replica does)',
+    registers: [registry],
+  });
+  const syncs = new Counter({
+    name: 'berth_gpu_meter_syncs_total',
+    help: 'GPU meter syncs of one endpoint (its replicas replayed into its meter) by outcome',
+    labelNames: ['outcome'],
+    registers: [registry],
+  });
+  return { leading: (on) => leader.set(on ? 1 : 0), sync: (outcome) => syncs.inc({ outcome }) };
 }

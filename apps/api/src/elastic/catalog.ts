@@ -11,7 +11,7 @@ import { parseAmount } from '../billing/money.ts';
 import { pgListener, type PgListener } from '../pg-listener.ts';
 import { entryBody, type Backend, type CatalogModel, type EntryBody, type StoredBackend } from './entry.ts';
 import type { CatalogRepository, ModelRow } from './repository.ts';
-import type { Sealer } from './secrets.ts';
+import type { Sealer } from '../secrets/sealed.ts';
 
 export const CATALOG_CHANNEL = 'berth_catalog';
 
@@ -75,7 +75,7 @@ export async function elasticCatalog(deps: CatalogDeps): Promise<ElasticCatalog>
       if (!b.secret) return { baseUrl: b.baseUrl, model: b.model };
       if (!deps.sealer)
         throw new Error(`catalog model ${r.name} has a sealed secret and BERTH_SECRETS_KEY is not set`);
-      return { baseUrl: b.baseUrl, model: b.model, apiKey: deps.sealer.open(b.secret) };
+      return { baseUrl: b.baseUrl, model: b.model, apiKey: deps.sealer.open(b.secret, `model:${r.name}`) };
     }),
     updatedAt: r.updatedAt,
   });
@@ -125,7 +125,7 @@ export async function elasticCatalog(deps: CatalogDeps): Promise<ElasticCatalog>
           : {
               baseUrl: b.baseUrl!.replace(/\/+$/, ''),
               model: b.model!,
-              ...(b.apiKey !== undefined ? { secret: deps.sealer!.seal(b.apiKey) } : {}),
+              ...(b.apiKey !== undefined ? { secret: deps.sealer!.seal(b.apiKey, `model:${name}`) } : {}),
             },
       );
       const created = await deps.repo.put({

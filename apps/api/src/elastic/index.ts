@@ -11,7 +11,7 @@ import type { Upstream } from '../upstream/types.ts';
 import { applyModelsFile, catalogNotifications, elasticCatalog, type ElasticCatalog } from './catalog.ts';
 import { elasticCaller, type ElasticCaller } from './call.ts';
 import { catalogRepository } from './repository.ts';
-import { sealer, secretsKey } from './secrets.ts';
+import type { Sealer } from '../secrets/sealed.ts';
 
 export interface Elastic {
   catalog: ElasticCatalog;
@@ -22,17 +22,14 @@ export interface Elastic {
 export async function startElastic(deps: {
   config: Pick<
     Config,
-    | 'DATABASE_URL'
-    | 'BERTH_MODELS_FILE'
-    | 'BERTH_SECRETS_KEY'
-    | 'ELASTIC_COOLDOWN_MS'
-    | 'WAKE_HOLD_TIMEOUT_MS'
-    | 'PROXY_RETRIES'
+    'DATABASE_URL' | 'BERTH_MODELS_FILE' | 'ELASTIC_COOLDOWN_MS' | 'WAKE_HOLD_TIMEOUT_MS' | 'PROXY_RETRIES'
   >;
   db: Database;
   logger: Logger;
   wallet: Wallet;
   dispatcher: Dispatcher;
+  /** Seals external backends' API keys (BERTH_SECRETS_KEY); without it they are refused. */
+  sealer?: Sealer;
   platform?: { endpoints: EndpointCache; upstream: Upstream<DedicatedEndpoint> };
 }): Promise<Elastic> {
   const { config } = deps;
@@ -46,7 +43,7 @@ export async function startElastic(deps: {
     const catalog = await elasticCatalog({
       repo: catalogRepository(deps.db.prisma),
       logger,
-      ...(config.BERTH_SECRETS_KEY ? { sealer: sealer(secretsKey(config.BERTH_SECRETS_KEY)) } : {}),
+      ...(deps.sealer ? { sealer: deps.sealer } : {}),
       ...(platform ? { endpointExists: (id: string) => platform.endpoints.get(id) !== undefined } : {}),
       ...(bus ? { notify: () => bus.notify() } : {}),
     });

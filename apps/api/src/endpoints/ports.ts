@@ -30,6 +30,15 @@ export interface EndpointWrites {
     spec: DedicatedEndpointSpecInput;
     hubToken?: string;
   }): Promise<DedicatedEndpoint>;
+  /**
+   * Replaces the endpoint's spec and display name: a changed spec is a new generation, which the
+   * reconciler builds (again, after a failure). Rejects with ApiError `endpoint_conflict` when the
+   * endpoint changed since `generation` (or concurrently, on Kubernetes), `not_found` when it is gone.
+   */
+  update(
+    id: string,
+    input: { displayName: string; spec: DedicatedEndpointSpecInput; generation?: number },
+  ): Promise<DedicatedEndpoint>;
   /** False when it did not exist. */
   delete(id: string): Promise<boolean>;
   /** Merge-patches annotations on the endpoint (activity, wake requests). */

@@ -3,6 +3,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors.ts';
 import type { KeyService, Principal } from '../keys/service.ts';
 import type { Scope } from '../repositories/keys.ts';
+import { changesState, csrfValid, sessionAccount } from '../auth/session.ts';
 
 /** The Bearer token, or null when the header is absent or not a Bearer credential. */
 export function bearerToken(req: Request): string | null {
@@ -18,7 +19,17 @@ export interface KeyCaller {
   principal: Principal;
   /** Aborts, with 401 `Invalid API key` as its reason, when the key is revoked mid-request. */
   signal: AbortSignal;
+  /** Set when the call came from a dashboard session (no Bearer header) rather than a key. */
+  session?: true;
 }
+
+/**
+ * Whether a dashboard session (no Bearer header) may call a route, and as what:
+ * - `inference` (spec §5.3): as the account's oldest active key that may call inference, looked up
+ *   on every call, else 403 `You must generate an API key first to use inference.`;
+ * - `manage`: as the account itself, like a global key (keys, billing, endpoints).
+ */
+export type SessionMode = 'inference' | 'manage';
 
 /** A caller of a route that also admits calls without a key (Public endpoints). */
 export type Caller = KeyCaller | { accountId: string; principal?: undefined; signal?: undefined };
@@ -44,7 +55,7 @@ export function callerOf(res: Response): Caller {
 export function requireKey(
   keys: KeyService,
   scopes: readonly Scope[],
-  options: { public?: PublicAccess } = {},
+  options: { public?: PublicAccess; session?: SessionMode } = {},
 ): RequestHandler {
   const needed = scopes.map((s) => `"${s}"`).join(' or ');
   return async (req, res, next) => {
@@ -54,7 +65,14 @@ export function requireKey(
       return next();
     }
     const token = bearerToken(req);
-    if (!token) throw new ApiError('missing_authorization');
+    if (!token) {
+      const accountId = options.session ? sessionAccount(req) : undefined;
+      if (!accountId || !options.session) throw new ApiError('missing_authorization');
+      if (changesState(req) && !csrfValid(req)) throw new ApiError('csrf_failed');
+      res.locals.caller = await sessionCaller(keys, accountId, options.session, res);
+      res.locals.principal = (res.locals.caller as KeyCaller).principal;
+      return next();
+    }
     const result = await keys.verify(token);
     if (!result.ok) throw new ApiError(result.code);
     const { principal } = result;
@@ -73,6 +91,31 @@ export function requireKey(
     } satisfies Caller;
     next();
   };
+}
+
+async function sessionCaller(
+  keys: KeyService,
+  accountId: string,
+  mode: SessionMode,
+  res: Response,
+): Promise<KeyCaller> {
+  if (mode === 'manage') {
+    // No key is involved: the session acts as the account, with a global key's reach.
+    const principal: Principal = {
+      keyId: 'session',
+      accountId,
+      scope: 'global',
+      pinnedModel: null,
+      toolPin: [],
+    };
+    return { accountId, principal, signal: new AbortController().signal, session: true };
+  }
+  const principal = await keys.sessionPrincipal(accountId);
+  if (!principal) throw new ApiError('no_inference_key');
+  // Tied to that key like a Bearer call: revoking it ends the call.
+  const tracked = keys.track(principal.keyId);
+  res.on('close', tracked.release);
+  return { accountId, principal, signal: tracked.signal, session: true };
 }
 
 /** /admin routes: the operator's ADMIN_TOKEN as a Bearer token, compared in constant time. */

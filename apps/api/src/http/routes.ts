@@ -12,14 +12,22 @@ import type { z } from 'zod';
 import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc, Operation } from '../openapi.ts';
 import type { Scope } from '../repositories/keys.ts';
-import { callerOf, requireKey, type Caller, type KeyCaller, type PublicAccess } from './auth.ts';
+import {
+  callerOf,
+  requireKey,
+  type Caller,
+  type KeyCaller,
+  type PublicAccess,
+  type SessionMode,
+} from './auth.ts';
 import { parse } from './validate.ts';
 
 /**
  * Who may call: nobody in particular, the admin token (checked where the admin router is mounted),
  * or a key with one of `scopes` — and, with `public`, also whoever that hook admits without a key.
  */
-export type RouteAuth = 'none' | 'admin' | { scopes: readonly Scope[]; public?: PublicAccess };
+export type RouteAuth =
+  'none' | 'admin' | { scopes: readonly Scope[]; public?: PublicAccess; session?: SessionMode };
 
 /** `{id: string}` for `/api/keys/{id}`. */
 export type PathParams<P extends string> = P extends `${string}{${infer Name}}${infer Rest}`
@@ -75,14 +83,19 @@ export class Routes {
       ...operation,
       path,
       auth: auth === 'none' || auth === 'admin' ? auth : 'key',
-      ...(typeof auth === 'object' ? { scopes: auth.scopes } : {}),
+      ...(typeof auth === 'object' ? { scopes: auth.scopes, session: !!auth.session } : {}),
       ...(schema ? { body: schema } : {}),
     });
     const expressPath = path.slice(this.mount.length).replace(/\{(\w+)\}/g, ':$1') || '/';
     const middleware = [];
     if (typeof auth === 'object') {
       if (!this.keys) throw new Error(`route ${path} needs a key service`);
-      middleware.push(requireKey(this.keys, auth.scopes, auth.public ? { public: auth.public } : {}));
+      middleware.push(
+        requireKey(this.keys, auth.scopes, {
+          ...(auth.public ? { public: auth.public } : {}),
+          ...(auth.session ? { session: auth.session } : {}),
+        }),
+      );
     }
     // Express 5 passes a returned promise's rejection to the error middleware.
     this.router[spec.method](expressPath, ...middleware, (req: Request, res: Response) => {

@@ -4,7 +4,7 @@
 // revocation bus is healthy. A revocation evicts the key on every replica and aborts requests in
 // flight that were authenticated with it, before DELETE returns.
 import { ApiError } from '../errors.ts';
-import type { KeyRecord, KeyRepository, NewKey, Scope } from '../repositories/keys.ts';
+import type { Identity, KeyRecord, KeyRepository, NewKey, Scope } from '../repositories/keys.ts';
 import type { RevocationBus } from './revocation-bus.ts';
 import {
   displayPrefix,
@@ -41,6 +41,20 @@ export interface KeyService {
   createAccount(
     name: string,
   ): Promise<{ account: { id: string; name: string; createdAt: Date }; key: CreatedKey }>;
+  /**
+   * The dashboard's signup: the account an identity signs in to, created with its default key on
+   * the identity's first sign-in (`key` is set only then: its value is shown once).
+   */
+  signIn(
+    identity: Identity,
+    name: string,
+  ): Promise<{ account: { id: string; name: string; createdAt: Date }; key?: CreatedKey }>;
+  findAccount(id: string): Promise<{ id: string; name: string; createdAt: Date } | null>;
+  /**
+   * The key a dashboard session's inference call acts as: the account's oldest active key that may
+   * call inference (spec §5.3). Read from the database on every call, so a revocation applies at once.
+   */
+  sessionPrincipal(accountId: string): Promise<Principal | null>;
   createKey(input: {
     accountId: string;
     name: string;
@@ -67,6 +81,9 @@ export interface KeyService {
 }
 
 const MAX_CACHED = 100_000;
+
+/** Scopes that may call inference (spec §5.4): a session needs an active key with one of them. */
+export const INFERENCE_SCOPES = ['inference', 'global'] as const satisfies readonly Scope[];
 
 export function keyService(deps: {
   repo: KeyRepository;
@@ -168,7 +185,36 @@ export function keyService(deps: {
       const accountId = newId('acct');
       const { key, value } = materialize({ accountId, name: 'default', scope: 'inference' });
       const created = await repo.createAccountWithKey({ id: accountId, name }, key);
+      if (!created) throw new Error('account creation without an identity cannot conflict');
       return { account: created.account, key: { ...created.key, value } };
+    },
+
+    async signIn(identity, name) {
+      const existing = await repo.accountOfIdentity(identity);
+      if (existing) return { account: existing };
+      const accountId = newId('acct');
+      const { key, value } = materialize({ accountId, name: 'default', scope: 'inference' });
+      const created = await repo.createAccountWithKey({ id: accountId, name }, key, identity);
+      if (created) return { account: created.account, key: { ...created.key, value } };
+      // A concurrent first sign-in of the same subject created the account: sign in to that one.
+      const winner = await repo.accountOfIdentity(identity);
+      if (!winner) throw new Error('identity conflict without a linked account');
+      return { account: winner };
+    },
+
+    findAccount: (id) => repo.findAccount(id),
+
+    async sessionPrincipal(accountId) {
+      const row = await repo.firstActiveKey(accountId, INFERENCE_SCOPES);
+      return row
+        ? {
+            keyId: row.id,
+            accountId: row.accountId,
+            scope: row.scope,
+            pinnedModel: row.pinnedModel,
+            toolPin: row.toolPin,
+          }
+        : null;
     },
 
     async createKey(input) {

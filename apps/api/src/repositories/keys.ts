@@ -35,12 +35,28 @@ export interface NewKey {
   toolPin: string[];
 }
 
+/** An OpenID Connect subject that signs in to an account. */
+export interface Identity {
+  issuer: string;
+  subject: string;
+}
+
 export interface KeyRepository {
+  /**
+   * The account, its default key and, for a dashboard signup, the identity that signs in to it, in
+   * one transaction. With an identity that is already linked (a concurrent signup won), null.
+   */
   createAccountWithKey(
     account: { id: string; name: string },
     key: NewKey,
-  ): Promise<{ account: AccountRecord; key: KeyRecord }>;
+    identity?: Identity,
+  ): Promise<{ account: AccountRecord; key: KeyRecord } | null>;
   accountExists(id: string): Promise<boolean>;
+  /** The account an identity signs in to. */
+  accountOfIdentity(identity: Identity): Promise<AccountRecord | null>;
+  findAccount(id: string): Promise<AccountRecord | null>;
+  /** The account's oldest active key with one of these scopes. */
+  firstActiveKey(accountId: string, scopes: readonly Scope[]): Promise<KeyRecord | null>;
   createKey(key: NewKey): Promise<KeyRecord>;
   /** The key with this hash, revoked or not. */
   findByHash(hash: string): Promise<(KeyRecord & { hash: string }) | null>;
@@ -73,16 +89,43 @@ const keyColumns = {
 
 export function keyRepository(prisma: PrismaClient): KeyRepository {
   return {
-    async createAccountWithKey(account, key) {
-      const created = await prisma.account.create({
-        data: { ...account, apiKeys: { create: { ...withoutAccount(key) } } },
-        include: { apiKeys: { select: keyColumns } },
-      });
-      const { apiKeys, ...acc } = created;
-      return { account: acc, key: apiKeys[0]! };
+    async createAccountWithKey(account, key, identity) {
+      try {
+        const created = await prisma.account.create({
+          data: {
+            ...account,
+            apiKeys: { create: { ...withoutAccount(key) } },
+            ...(identity ? { identities: { create: identity } } : {}),
+          },
+          select: { id: true, name: true, createdAt: true, apiKeys: { select: keyColumns } },
+        });
+        const { apiKeys, ...acc } = created;
+        return { account: acc, key: apiKeys[0]! };
+      } catch (err) {
+        if (identity && err instanceof Prisma.PrismaClientKnownRequestError && err.code === 'P2002')
+          return null;
+        throw err;
+      }
     },
     async accountExists(id) {
       return (await prisma.account.count({ where: { id } })) > 0;
+    },
+    async accountOfIdentity({ issuer, subject }) {
+      const row = await prisma.accountIdentity.findUnique({
+        where: { issuer_subject: { issuer, subject } },
+        select: { account: { select: { id: true, name: true, createdAt: true } } },
+      });
+      return row?.account ?? null;
+    },
+    findAccount(id) {
+      return prisma.account.findUnique({ where: { id }, select: { id: true, name: true, createdAt: true } });
+    },
+    firstActiveKey(accountId, scopes) {
+      return prisma.apiKey.findFirst({
+        where: { accountId, revokedAt: null, scope: { in: [...scopes] } },
+        select: keyColumns,
+        orderBy: { createdAt: 'asc' },
+      });
     },
     createKey(key) {
       return prisma.apiKey.create({ data: key, select: keyColumns });

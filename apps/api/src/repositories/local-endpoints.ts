@@ -59,6 +59,12 @@ export function localEndpointRepository(prisma: PrismaClient): LocalEndpointRepo
     async setStatus(id, status) {
       await rows.updateMany({ where: { id }, data: { status: json(status) } });
     },
+    async setSpec(id, { spec, generation, annotations }) {
+      await rows.updateMany({
+        where: { id },
+        data: { spec: json(spec), generation, annotations: json(annotations) },
+      });
+    },
     async setAnnotations(id, annotations) {
       await rows.updateMany({ where: { id }, data: { annotations: json(annotations) } });
     },

@@ -132,7 +132,7 @@ const ROUTES = [
 ] as const;
 
 export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): void {
-  const auth = { scopes: ['inference', 'global'], public: publicAccess(deps) } as const;
+  const auth = { scopes: ['inference', 'global'], public: publicAccess(deps), session: 'inference' } as const;
   for (const { method, path, upstreamPath, summary } of ROUTES) {
     routes.add(
       {

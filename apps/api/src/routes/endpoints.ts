@@ -1,4 +1,4 @@
-import type { Request } from 'express';
+import type { Request, Response } from 'express';
 import { z } from 'zod';
 import {
   ANNOTATION_DISPLAY_NAME,
@@ -7,16 +7,15 @@ import {
   ModelSpecSchema,
   PHASE_LABELS,
   ScalingSpecSchema,
-  isEndpointId,
   type Catalog,
   type DedicatedEndpoint,
   type Phase,
 } from '@berth/crds';
-import { ApiError } from '../errors.ts';
+import { ApiError, endpointNotFound } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import { simpleError } from '../openapi.ts';
 import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
-import { endpointService } from '../endpoints/service.ts';
+import { endpointService, ownedEndpoint, type WriteOptions } from '../endpoints/service.ts';
 import type { PlatformUpstream } from '../upstream/platform.ts';
 import type { EndpointLogs } from '../endpoints/ports.ts';
 
@@ -43,6 +42,32 @@ export const createEndpointBody = z.strictObject({
   scaling: ScalingSpecSchema.strict().prefault({}),
 });
 
+const scalingShape = ScalingSpecSchema.shape;
+
+/**
+ * The body of PATCH /api/endpoints/{id}: any of the fields that change in place; a field left out
+ * keeps its value. `model` is accepted only unchanged (a different model is a new endpoint: 409).
+ */
+export const patchEndpointBody = z.strictObject({
+  name: createEndpointBody.shape.name,
+  model: ModelSpecSchema.shape.id.optional(),
+  revision: ModelSpecSchema.shape.revision.unwrap().optional(),
+  maxModelLen: ModelSpecSchema.shape.maxModelLen
+    .unwrap()
+    .nullable()
+    .optional()
+    .describe('null removes the limit (the model’s own context length)'),
+  hardware: HardwareSpecSchema.partial().strict().optional(),
+  authMode: DedicatedEndpointSpecSchema.shape.authMode.unwrap().optional(),
+  scaling: z
+    .strictObject({
+      minReplicas: scalingShape.minReplicas.unwrap().optional(),
+      maxReplicas: scalingShape.maxReplicas.unwrap().optional(),
+      idleTimeoutSeconds: scalingShape.idleTimeoutSeconds.unwrap().optional(),
+    })
+    .optional(),
+});
+
 export const endpointView = z.object({
   id: z.string().describe('`endpt-…`; the path segment of /api/d/{id}/…'),
   object: z.literal('dedicated_endpoint'),
@@ -59,6 +84,13 @@ export const endpointView = z.object({
   replicas: z.number(),
   readyReplicas: z.number(),
   baseUrl: z.string().describe('OpenAI base URL: pass it as `baseURL` to the OpenAI SDK'),
+  generation: z.number().describe('Bumped by every change of the spec; also the ETag'),
+  observedGeneration: z
+    .number()
+    .nullable()
+    .describe(
+      'The generation `status` describes: until it equals `generation`, a change is not yet acted on',
+    ),
   createdAt: z.string().nullable(),
   lastTransitionTime: z.string().nullable(),
 });
@@ -92,33 +124,59 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
     replicas: e.status?.replicas ?? 0,
     readyReplicas: e.status?.readyReplicas ?? 0,
     baseUrl: `${base}/api/d/${e.metadata.name}`,
+    generation: e.metadata.generation ?? 1,
+    observedGeneration: e.status?.observedGeneration ?? null,
     createdAt: created ? new Date(created).toISOString() : null,
     lastTransitionTime: e.status?.lastTransitionTime ?? null,
   };
 }
 
-/** The endpoint, if the caller's account owns it: 404 unknown, 403 another account's (spec §7). */
-export function ownedEndpoint(endpoints: EndpointCache, id: string, accountId: string): DedicatedEndpoint {
-  const e = isEndpointId(id) ? endpoints.get(id) : undefined;
-  if (!e) throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
-  if (e.spec.account !== accountId) throw new ApiError('endpoint_not_owned');
-  return e;
-}
-
 export interface EndpointRouteDeps {
-  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'delete'>;
+  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update' | 'delete'>;
   upstream: Pick<PlatformUpstream, 'wake'>;
   logs: EndpointLogs;
   catalog: Catalog;
   publicUrl?: string;
 }
 
-const auth = { scopes: ['compute', 'global'] } as const;
+/** `If-Match: "3"` names the generation the caller saw (the ETag of GET); absent, no precondition. */
+function writeOptions(req: Request): WriteOptions {
+  const header = req.get('if-match');
+  if (header === undefined) return {};
+  const m = /^\s*(?:W\/)?"(\d+)"\s*$/.exec(header);
+  if (!m) {
+    throw new ApiError('validation_error', {
+      message: 'If-Match must be an ETag returned by GET /api/endpoints/{id}, e.g. "3"',
+      param: 'If-Match',
+    });
+  }
+  return { generation: Number(m[1]) };
+}
+
+/** The endpoint with its generation as the ETag (for a later If-Match). */
+function sendEndpoint(res: Response, e: DedicatedEndpoint, base: string, status = 200): void {
+  res
+    .status(status)
+    .setHeader('etag', `"${e.metadata.generation ?? 1}"`)
+    .json(viewEndpoint(e, base));
+}
+
+const auth = { scopes: ['compute', 'global'], session: 'manage' } as const;
 const errors = {
   401: { description: 'Missing, malformed or revoked key', schema: simpleError },
   403: { description: 'Not a compute or global key, or another account’s endpoint', schema: simpleError },
 };
 const byId = { 404: { description: 'No such endpoint', schema: simpleError } };
+const writeErrors = {
+  400: { description: 'Invalid body, hardware, id or If-Match', schema: simpleError },
+  409: {
+    description:
+      'A change of `model` (or `hubToken`) on an existing endpoint, an endpoint being terminated, or a generation (If-Match) that is not current: another write came first',
+    schema: simpleError,
+  },
+};
+const ifMatchNote =
+  'With `If-Match: "<generation>"` (the ETag of GET), the write happens only if nobody changed the endpoint since (409 otherwise).';
 
 /** Provision, list, inspect, wake and terminate dedicated endpoints (compute or global keys). */
 export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps): void {
@@ -181,7 +239,64 @@ export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps):
     },
     ({ req, res, caller, params }) => {
       const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
-      res.json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
+      sendEndpoint(res, e, publicBase(req, deps.publicUrl));
+    },
+  );
+
+  routes.add(
+    {
+      method: 'put',
+      path: '/api/endpoints/{id}',
+      tag: 'endpoints',
+      auth,
+      summary: 'Create or update the endpoint with this id (idempotent)',
+      description:
+        'The id is yours to choose (`endpt-` + lowercase letters, digits and `-`, at most 63 characters), as `metadata.name` is with kubectl. ' +
+        'A missing endpoint is created (201); an existing one of your account is changed in place when the body differs (200, a new generation: a failed endpoint builds again) and left alone when it does not (200, same generation). ' +
+        'Fields left out take their defaults, as on creation. `model` cannot change (409: create a new endpoint), and `hubToken` is accepted only on creation. ' +
+        ifMatchNote,
+      body: createEndpointBody,
+      responses: {
+        200: { description: 'The endpoint, changed or as it was', schema: endpointView },
+        201: { description: 'The endpoint, created', schema: endpointView },
+        ...writeErrors,
+        ...errors,
+      },
+    },
+    async ({ req, res, caller, params, body }) => {
+      // Another account's endpoint is refused before the body is looked at.
+      const existing = deps.endpoints.get(params.id);
+      if (existing && existing.spec.account !== caller.accountId) throw new ApiError('endpoint_not_owned');
+      const options = writeOptions(req);
+      const { endpoint, outcome } = await service.put(caller.accountId, params.id, body(), options);
+      sendEndpoint(res, endpoint, publicBase(req, deps.publicUrl), outcome === 'created' ? 201 : 200);
+    },
+  );
+
+  routes.add(
+    {
+      method: 'patch',
+      path: '/api/endpoints/{id}',
+      tag: 'endpoints',
+      auth,
+      summary: 'Change an endpoint in place: hardware, maxModelLen, revision, scaling, auth mode, name',
+      description:
+        'Fields left out keep their value. A change is a new generation, which the operator rolls out; a `failed` endpoint builds again. ' +
+        '`model` may be sent only unchanged (409 otherwise). ' +
+        ifMatchNote,
+      body: patchEndpointBody,
+      responses: {
+        200: { description: 'The endpoint', schema: endpointView },
+        ...byId,
+        ...writeErrors,
+        ...errors,
+      },
+    },
+    async ({ req, res, caller, params, body }) => {
+      ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      const options = writeOptions(req);
+      const { endpoint } = await service.patch(caller.accountId, params.id, body(), options);
+      sendEndpoint(res, endpoint, publicBase(req, deps.publicUrl));
     },
   );
 
@@ -207,8 +322,7 @@ export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps):
     },
     async ({ res, caller, params }) => {
       const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
-      if (!(await deps.endpoints.delete(e.metadata.name)))
-        throw new ApiError('not_found', { message: `Dedicated endpoint ${e.metadata.name} not found` });
+      if (!(await deps.endpoints.delete(e.metadata.name))) throw endpointNotFound(e.metadata.name);
       res.json({ id: e.metadata.name, object: 'dedicated_endpoint', deleted: true });
     },
   );
@@ -219,15 +333,24 @@ export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps):
       path: '/api/endpoints/{id}/wake',
       tag: 'endpoints',
       auth,
-      summary: 'Wake a hibernated endpoint (no-op in any other state)',
+      summary: 'Wake a hibernated endpoint (no-op while building, waking or up)',
+      description:
+        'A `failed` endpoint does not wake: the answer is 409, and a PATCH that changes it builds it again.',
       responses: {
         202: { description: 'Wake requested; poll GET /api/endpoints/{id}', schema: endpointView },
         ...byId,
+        409: { description: 'The endpoint has failed', schema: simpleError },
         ...errors,
       },
     },
     async ({ req, res, caller, params }) => {
       const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      if (e.status?.phase === 'failed') {
+        const id = e.metadata.name;
+        throw new ApiError('endpoint_not_wakeable', {
+          message: `Endpoint ${id} has failed (${e.status.reason ?? 'unknown reason'}), and waking does not rebuild it: change it with PATCH /api/endpoints/${id} (hardware, maxModelLen, revision, scaling or authMode) to build it again, or delete it. GET /api/endpoints/${id}/logs shows the cause.`,
+        });
+      }
       if (e.status?.phase === 'hibernated') await deps.upstream.wake(e);
       res.status(202).json(viewEndpoint(e, publicBase(req, deps.publicUrl)));
     },

@@ -27,7 +27,7 @@ export function registerHardwareRoutes(routes: Routes, deps: { catalog: Catalog 
       method: 'get',
       path: '/api/hardware',
       tag: 'endpoints',
-      auth: { scopes: ['inference', 'compute', 'global'] },
+      auth: { scopes: ['inference', 'compute', 'global'], session: 'manage' },
       summary: 'Instance types: GPU type id, GPU memory, allowed GPU counts, availability',
       responses: {
         200: { description: 'The catalog', schema: z.object({ data: z.array(hardwareView) }) },

@@ -13,8 +13,40 @@ import {
   viewKey,
 } from './views.ts';
 
-/** Settings → Keys: create, list and revoke the account's keys (a global key is required). */
+export const whoamiView = z.object({
+  object: z.literal('whoami'),
+  account: z.object({ id: z.string() }),
+  key: keyView.pick({ id: true, name: true, prefix: true, scope: true }),
+});
+
+/**
+ * Settings → Keys: create, list and revoke the account's keys (a global key is required); and which
+ * account and key a request acts as (any key).
+ */
 export function registerKeyRoutes(routes: Routes, deps: { keys: KeyService }): void {
+  routes.add(
+    {
+      method: 'get',
+      path: '/api/whoami',
+      tag: 'keys',
+      auth: { scopes: ['inference', 'compute', 'global'] },
+      summary: 'The account and key this request is made with',
+      description:
+        'The spec names no such route; command-line tools need it to show who they are logged in as (`berth whoami`). Any active key may call it.',
+      responses: {
+        200: { description: 'Account and key (its prefix, never its value)', schema: whoamiView },
+        401: { description: 'Missing, malformed or revoked key', schema: simpleError },
+      },
+    },
+    async ({ caller, res }) => {
+      const key = (await deps.keys.list(caller.accountId)).find((k) => k.id === caller.principal.keyId);
+      // Revoked between verification and now: the key is no longer anyone.
+      if (!key || key.revokedAt) throw new ApiError('invalid_api_key');
+      const { id, name, prefix, scope } = viewKey(key);
+      res.json({ object: 'whoami', account: { id: caller.accountId }, key: { id, name, prefix, scope } });
+    },
+  );
+
   routes.add(
     {
       method: 'post',

@@ -4,8 +4,8 @@ import { SCOPES } from '../repositories/keys.ts';
 import type { CreatedKey } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
 
-/** Settings → Keys and Settings → Billing: a global key. */
-export const globalKey = { scopes: ['global'] } as const;
+/** Settings → Keys and Settings → Billing: a global key, or the dashboard's session. */
+export const globalKey = { scopes: ['global'], session: 'manage' } as const;
 export const globalKeyErrors = {
   401: { description: 'Missing, malformed or revoked key', schema: simpleError },
   403: { description: 'The key is not a global key', schema: simpleError },
@@ -49,7 +49,7 @@ export function viewCreatedKey(k: CreatedKey): z.infer<typeof createdKeyView> {
   return { ...viewKey(k), value: k.value };
 }
 
-const toolId = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a tool id such as "olympus"');
+export const toolId = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a tool id such as "olympus"');
 
 /** The body that creates a key, shared by the admin route and POST /api/keys. */
 export const createKeyBody = z

@@ -21,10 +21,17 @@ import {
 } from '@berth/crds';
 import { Listeners, supervise } from '@berth/operator';
 import type { Logger } from 'pino';
+import { endpointChanged, endpointNotFound } from '../../errors.ts';
 import type { Endpoints } from '../ports.ts';
+import { BILLING_FINALIZER } from './gpu-meter.ts';
 
 function isNotFound(err: unknown): boolean {
   return (err as { code?: number }).code === 404;
+}
+
+/** 409 from the API server: AlreadyExists on create, a stale resourceVersion on replace. */
+function isConflict(err: unknown): boolean {
+  return (err as { code?: number }).code === 409;
 }
 
 export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger): Endpoints {
@@ -63,7 +70,13 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
       const body = {
         apiVersion: API_VERSION,
         kind: KIND,
-        metadata: { name: id, namespace, annotations: { [ANNOTATION_DISPLAY_NAME]: displayName } },
+        metadata: {
+          name: id,
+          namespace,
+          annotations: { [ANNOTATION_DISPLAY_NAME]: displayName },
+          // Held until the endpoint's billing record is closed (gpu-meter.ts).
+          finalizers: [BILLING_FINALIZER],
+        },
         spec: hubToken
           ? { ...spec, model: { ...spec.model, hubTokenSecretRef: { name: secretName, key: 'token' } } }
           : spec,
@@ -79,6 +92,7 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
         })) as DedicatedEndpoint;
       } catch (err) {
         if (hubToken) await core.deleteNamespacedSecret({ name: secretName, namespace }).catch(() => {});
+        if (isConflict(err)) throw endpointChanged(id);
         throw err;
       }
       if (hubToken) {
@@ -104,6 +118,49 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
         );
       }
       return created;
+    },
+    async update(id, { displayName, spec, generation }) {
+      // Read-then-replace with the object's resourceVersion: a write between the two is a 409 from
+      // the API server, never a lost update.
+      let current: DedicatedEndpoint;
+      try {
+        current = (await api.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace,
+          plural: PLURAL,
+          name: id,
+        })) as DedicatedEndpoint;
+      } catch (err) {
+        if (isNotFound(err)) throw endpointNotFound(id);
+        throw err;
+      }
+      if (
+        current.metadata.deletionTimestamp ||
+        (generation !== undefined && current.metadata.generation !== generation)
+      )
+        throw endpointChanged(id);
+      try {
+        return (await api.replaceNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace,
+          plural: PLURAL,
+          name: id,
+          body: {
+            ...current,
+            metadata: {
+              ...current.metadata,
+              annotations: { ...current.metadata.annotations, [ANNOTATION_DISPLAY_NAME]: displayName },
+            },
+            spec,
+          },
+        })) as DedicatedEndpoint;
+      } catch (err) {
+        if (isConflict(err)) throw endpointChanged(id);
+        if (isNotFound(err)) throw endpointNotFound(id);
+        throw err;
+      }
     },
     async delete(id) {
       try {

@@ -12,7 +12,7 @@ import { startLocalRuntime, type EngineCommand } from '@berth/operator/local';
 import type { Logger } from 'pino';
 import type { Config } from '../../config.ts';
 import { ConfigError } from '../../config.ts';
-import { ApiError } from '../../errors.ts';
+import { ApiError, endpointChanged, endpointNotFound } from '../../errors.ts';
 import { localEndpointRepository } from '../../repositories/local-endpoints.ts';
 import type { EndpointRuntime } from '../ports.ts';
 import { localEndpointLogs } from './logs.ts';
@@ -48,6 +48,16 @@ function which(name: string, pathVar: string): string | undefined {
   }
   return undefined;
 }
+
+/** The store's `code: 404 | 409` rejections as the API's errors. */
+const storeError =
+  (id: string) =>
+  (err: unknown): never => {
+    const code = (err as { code?: unknown }).code;
+    if (code === 404) throw endpointNotFound(id);
+    if (code === 409) throw endpointChanged(id);
+    throw err;
+  };
 
 export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRuntime> {
   const { config } = o;
@@ -90,8 +100,9 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
             param: 'hubToken',
           });
         }
-        return endpoints.create({ id, displayName, spec });
+        return endpoints.create({ id, displayName, spec }).catch(storeError(id));
       },
+      update: (id, input) => endpoints.update(id, input).catch(storeError(id)),
       close: async () => {},
     },
     backends: {

@@ -1,0 +1,22 @@
+// The dashboard (apps/web's static build) on the API's own origin: its files, and index.html for
+// the dashboard's own paths (client-side routing). API paths never fall back to it.
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import express, { type RequestHandler } from 'express';
+
+const API_PATHS = /^\/(api|admin|auth|idp|openapi\.json|metrics|healthz|readyz)(\/|$)/;
+
+export function webApp(dir: string): RequestHandler {
+  const index = path.join(dir, 'index.html');
+  const router = express.Router();
+  if (!existsSync(index)) return router;
+  // Hashed asset names: cached for good; index.html always revalidated.
+  router.use('/assets', express.static(path.join(dir, 'assets'), { immutable: true, maxAge: '365d' }));
+  router.use(express.static(dir, { index: false, maxAge: 0 }));
+  router.get(/.*/, (req, res, next) => {
+    if (API_PATHS.test(req.path) || !req.accepts('html')) return next();
+    res.setHeader('cache-control', 'no-cache');
+    res.sendFile(index);
+  });
+  return router;
+}
