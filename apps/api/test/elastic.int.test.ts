@@ -7,6 +7,7 @@ import OpenAI from 'openai';
 import { startEngineSim } from '@berth/engine-sim';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { eventually } from '@berth/test/support/eventually';
 import { sql } from '@berth/test/support/postgres';
 
 let api: TestApi;
@@ -88,7 +89,7 @@ describe('the catalog admin API', () => {
       "SELECT backends FROM elastic_models WHERE name = 'main'",
     );
     expect(JSON.stringify(row!.backends)).not.toContain(SECRET);
-    expect(JSON.stringify(row!.backends)).toMatch(/"secret":"v1:/);
+    expect(JSON.stringify(row!.backends)).toMatch(/"secret":"v1\./);
   });
 
   it('refuses bad entries with a message naming the field, and changes nothing', async () => {
@@ -136,6 +137,29 @@ describe('the catalog admin API', () => {
     );
     const names = (await (await api.admin('/admin/models')).json()).data.map((m: { name: string }) => m.name);
     expect(names).toEqual(['embed', 'main', 'spare']);
+  });
+
+  it('another API replica on the same database sees a change within 1 s (NOTIFY berth_catalog)', async () => {
+    const replica = await startTestApi({ BERTH_SECRETS_KEY: 'ab'.repeat(32) }, api.db);
+    try {
+      const ids = async () =>
+        (
+          (await (await fetch(replica.url + '/api/models', { headers: bearer(acct.inference) })).json()) as {
+            data: { id: string }[];
+          }
+        ).data.map((m) => m.id);
+      expect(await ids()).not.toContain('late');
+      expect(
+        (await put('late', { kind: 'chat', backends: [external(spare.url, 'org/spare')], pricing })).status,
+      ).toBe(201);
+      const started = Date.now();
+      await eventually(async () => (await ids()).includes('late'), { timeout: 1000, interval: 50 });
+      expect(Date.now() - started).toBeLessThan(1000);
+      expect((await api.admin('/admin/models/late', { method: 'DELETE' })).status).toBe(204);
+      await eventually(async () => !(await ids()).includes('late'), { timeout: 1000, interval: 50 });
+    } finally {
+      await replica.stop();
+    }
   });
 
   it('DELETE: 409 while another model falls back to it, 204, then 404', async () => {

@@ -82,7 +82,7 @@ function notFound(name: string): ApiError {
 }
 
 export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): void {
-  const auth = { scopes: ['inference', 'global'] } as const;
+  const auth = { scopes: ['inference', 'global'], session: 'inference' } as const;
   for (const r of ROUTES) {
     routes.add(
       {
