@@ -14,7 +14,33 @@ try {
   throw err;
 }
 
-const api = await startApi(config).catch((err: unknown) => {
+// Handlers go in before start-up: a SIGTERM that arrives while the API starts (a pod deleted at
+// once, a test stopping what it just started) waits for the start to finish, then shuts down
+// cleanly (exit 0) instead of Node's default of dying by the signal.
+const started: { api?: Awaited<ReturnType<typeof startApi>> } = {};
+let stopping = false;
+const stop = (signal: string) => {
+  const running = started.api;
+  if (!running || stopping) return;
+  stopping = true;
+  running.logger.info({ signal }, 'shutting down');
+  running.close().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      running.logger.error({ err }, 'shutdown failed');
+      process.exit(1);
+    },
+  );
+};
+let pending: string | undefined;
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.on(signal, () => {
+    if (started.api) stop(signal);
+    else pending ??= signal;
+  });
+}
+
+started.api = await startApi(config).catch((err: unknown) => {
   // Configuration only checkable at start-up (e.g. BERTH_LOCAL_ENGINE=vllm without vllm on PATH).
   if (err instanceof ConfigError) {
     console.error(err.message);
@@ -22,18 +48,4 @@ const api = await startApi(config).catch((err: unknown) => {
   }
   throw err;
 });
-let stopping = false;
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    api.logger.info({ signal }, 'shutting down');
-    api.close().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        api.logger.error({ err }, 'shutdown failed');
-        process.exit(1);
-      },
-    );
-  });
-}
+if (pending) stop(pending);
