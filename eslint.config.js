@@ -1,7 +1,15 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', 'prisma/src/generated/**', '**/dist/**', 'charts/berth/**'] },
+  {
+    ignores: [
+      '**/node_modules/**',
+      'prisma/src/generated/**',
+      'apps/api/generated/**',
+      '**/dist/**',
+      'charts/berth/**',
+    ],
+  },
   ...tseslint.configs.recommended,
   {
     rules: {

@@ -192,7 +192,9 @@ export function createApp(deps: AppDeps): express.Express {
   }
   app.use('/api', api);
 
-  document = JSON.stringify(doc.document(API_VERSION));
+  const openapi = doc.document(API_VERSION);
+  document = JSON.stringify(openapi);
+  app.locals.openapi = openapi;
   if (deps.webDir) app.use(webApp(deps.webDir));
 
   app.use(notFound());

@@ -10,6 +10,8 @@ export interface Operation {
   path: string;
   summary: string;
   description?: string;
+  /** Stable name for generated clients; derived from method and path unless given. */
+  operationId?: string;
   tag: string;
   auth: Auth;
   scopes?: readonly string[];
@@ -37,6 +39,7 @@ export class ApiDoc {
       }));
       const scopes = op.scopes?.length ? `\n\nKey scopes allowed: ${op.scopes.join(', ')}.` : '';
       (paths[op.path] ??= {})[op.method] = {
+        operationId: op.operationId ?? operationIdOf(op.method, op.path),
         summary: op.summary,
         description: (op.description ?? '') + scopes || undefined,
         tags: [op.tag],
@@ -72,10 +75,13 @@ export class ApiDoc {
       info: {
         title: 'Berth API',
         version,
+        license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
         description:
           'Control plane for dedicated GPU inference endpoints. Errors on OpenAI-style routes have the shape ' +
           '`{"error": {"message", "type", "code", "param"}, "message"}`; on other routes `{"error": "<message>", "code"}`.',
       },
+      // Relative: the API that serves this document (and /docs) is the one it describes.
+      servers: [{ url: '/', description: 'This Berth API' }],
       components: {
         securitySchemes: {
           apiKey: { type: 'http', scheme: 'bearer', description: 'An API key: `svc_live_` + 33 characters' },
@@ -92,6 +98,29 @@ export class ApiDoc {
       paths,
     };
   }
+}
+
+/**
+ * `get /api/endpoints/{id}/logs` → `getEndpointsByIdLogs`: the verb, then the path's words without
+ * `/api`, each parameter as `By<Name>` — unique per operation, and stable while the route is.
+ */
+export function operationIdOf(method: string, path: string): string {
+  const cap = (w: string) => w.charAt(0).toUpperCase() + w.slice(1);
+  const words = path
+    .replace(/^\/api(?=\/|$)/, '')
+    .split('/')
+    .filter(Boolean)
+    .map((seg) => {
+      const param = /^\{(\w+)\}$/.exec(seg);
+      return param
+        ? `By${cap(param[1]!)}`
+        : seg
+            .split(/[^A-Za-z0-9]+/)
+            .filter(Boolean)
+            .map(cap)
+            .join('');
+    });
+  return method + words.join('');
 }
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): unknown {

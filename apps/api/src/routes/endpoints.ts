@@ -74,6 +74,7 @@ export const endpointView = z.object({
   name: z.string(),
   model: z.string(),
   revision: z.string(),
+  maxModelLen: z.number().nullable().describe('Context length limit; null: the model’s own'),
   hardware: z.object({ gpuType: z.string(), gpuCount: z.number() }),
   authMode: z.enum(['Private', 'Public']),
   scaling: z.object({ minReplicas: z.number(), maxReplicas: z.number(), idleTimeoutSeconds: z.number() }),
@@ -110,6 +111,7 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
     name: e.metadata.annotations?.[ANNOTATION_DISPLAY_NAME] ?? e.metadata.name,
     model: e.spec.model.id,
     revision: e.spec.model.revision ?? 'main',
+    maxModelLen: e.spec.model.maxModelLen ?? null,
     hardware: { gpuType: e.spec.hardware.gpuType, gpuCount: e.spec.hardware.gpuCount },
     authMode: e.spec.authMode ?? 'Private',
     scaling: {
