@@ -15,6 +15,55 @@ export const SecretKeyRefSchema = z.object({
   key: z.string().min(1).max(253).default('token').describe('Key in the Secret holding the hub token'),
 });
 
+/**
+ * Where the weights come from, when not the hub (spec.model.source). One URI: a PersistentVolumeClaim
+ * or a node directory holding pre-downloaded weights, S3-compatible object storage (vLLM's own
+ * streamer loads from it), or an OCI image holding the weights (a Kubernetes image volume).
+ */
+export const MODEL_SOURCE_PATTERN =
+  '^(pvc://[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[^/].*)?|file:///.*|/.*|s3://[a-z0-9][-a-z0-9.]{1,61}[a-z0-9](/.*)?|oci://[^/ ]+/[^ ]+)$';
+const MODEL_SOURCE_MESSAGE =
+  'spec.model.source must be pvc://<claim>[/path], file:///<dir> (or /<dir>), s3://<bucket>[/prefix] or oci://<registry>/<image>[:tag]';
+
+export const ModelSourceSchema = z
+  .string()
+  .max(1024)
+  .regex(new RegExp(MODEL_SOURCE_PATTERN), MODEL_SOURCE_MESSAGE)
+  .describe(
+    'Weights from outside the hub: pvc://claim/path, file:///dir (node path), s3://bucket/prefix (with credentialsSecretRef), oci://registry/image:tag (image volume). Unset: the hub (HF_ENDPOINT).',
+  )
+  .meta({
+    'x-kubernetes-validations': [
+      {
+        rule: `self.matches('${MODEL_SOURCE_PATTERN}')`,
+        message: MODEL_SOURCE_MESSAGE,
+        reason: 'FieldValueInvalid',
+      },
+    ],
+  });
+
+export type ModelSource =
+  | { kind: 'hub' }
+  | { kind: 'pvc'; claim: string; path: string }
+  | { kind: 'path'; path: string }
+  | { kind: 's3'; bucket: string; prefix: string; uri: string }
+  | { kind: 'oci'; reference: string };
+
+/** The parts of a source URI (assumed valid against MODEL_SOURCE_PATTERN); unset = the hub. */
+export function parseModelSource(source: string | undefined): ModelSource {
+  if (!source) return { kind: 'hub' };
+  if (source.startsWith('pvc://')) {
+    const [claim, ...rest] = source.slice(6).split('/');
+    return { kind: 'pvc', claim: claim!, path: rest.join('/') };
+  }
+  if (source.startsWith('s3://')) {
+    const [bucket, ...rest] = source.slice(5).split('/');
+    return { kind: 's3', bucket: bucket!, prefix: rest.join('/'), uri: source };
+  }
+  if (source.startsWith('oci://')) return { kind: 'oci', reference: source.slice(6) };
+  return { kind: 'path', path: source.startsWith('file://') ? source.slice(7) : source };
+}
+
 export const ModelSpecSchema = z.object({
   id: z
     .string()
@@ -23,6 +72,13 @@ export const ModelSpecSchema = z.object({
     .describe('Model hub id, e.g. "Qwen/Qwen2.5-7B-Instruct"; also the served model name'),
   revision: z.string().min(1).max(255).default('main').describe('Hub branch, tag or commit'),
   hubTokenSecretRef: SecretKeyRefSchema.optional().describe('Hub token for gated or private models'),
+  source: ModelSourceSchema.optional(),
+  credentialsSecretRef: z
+    .object({ name: z.string().min(1).max(253).describe('Secret in the endpoint namespace') })
+    .optional()
+    .describe(
+      'For s3:// sources: a Secret whose keys become the engine environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION)',
+    ),
   maxModelLen: z.int().min(1).max(10_000_000).optional().describe('Context length passed as --max-model-len'),
 });
 
@@ -117,6 +173,7 @@ export const PHASE_LABELS = {
 export const FailureReasonSchema = z.enum([
   'ModelTooLarge',
   'ModelNotFound',
+  'ModelSourceUnreachable',
   'GatedModelNoToken',
   'HubTokenInvalid',
   'UnknownInstanceType',
@@ -145,6 +202,19 @@ export const FailureSchema = z.object({
 });
 export type Failure = z.infer<typeof FailureSchema>;
 
+const secondsField = z.number().min(0);
+
+/** The last replica start, stage by stage (pod times from the kubelet; seconds, millisecond precision). */
+export const StartTimingSchema = z.object({
+  pod: z.string().max(253).describe('The pod whose start this is'),
+  createdAt: RFC3339.describe('When the pod was created'),
+  scheduledSeconds: secondsField.describe('Created → scheduled on a node'),
+  imageReadySeconds: secondsField.describe('Scheduled → engine container running (image pulled)'),
+  engineReadySeconds: secondsField.describe('Container running → Ready (weights loaded, engine serving)'),
+  totalSeconds: secondsField.describe('Created → Ready'),
+});
+export type StartTiming = z.infer<typeof StartTimingSchema>;
+
 export const DedicatedEndpointStatusSchema = z.object({
   phase: PhaseSchema.optional(),
   reason: z.string().max(1024).optional().describe('CamelCase reason for the phase'),
@@ -169,6 +239,7 @@ export const DedicatedEndpointStatusSchema = z.object({
     .optional()
     .describe('Value of the wake-requested annotation already acted on; a different value is a new wake'),
   failure: FailureSchema.optional(),
+  lastStart: StartTimingSchema.optional().describe('Durations of the last replica start'),
   preflightGeneration: z
     .int()
     .min(0)

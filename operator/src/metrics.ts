@@ -39,6 +39,13 @@ export function createMetrics() {
       buckets: [1, 5, 10, 20, 30, 60, 120, 300, 600],
       registers: [registry],
     }),
+    replicaStart: new Histogram({
+      name: 'berth_operator_replica_start_seconds',
+      help: 'Replica start by stage: scheduled, image_ready, engine_ready (weights loaded, serving), total',
+      labelNames: ['stage'] as const,
+      buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800],
+      registers: [registry],
+    }),
     reconcileDuration: new Histogram({
       name: 'berth_operator_reconcile_duration_seconds',
       help: 'Duration of one reconcile pass',

@@ -57,6 +57,12 @@ export async function startOperator(
             metrics.reconciles.inc({ result: outcome });
             if (outcome === 'error' || outcome === 'terminal') metrics.errors.inc({ where: 'reconcile' });
           },
+          start: (t) => {
+            metrics.replicaStart.observe({ stage: 'scheduled' }, t.scheduledSeconds);
+            metrics.replicaStart.observe({ stage: 'image_ready' }, t.imageReadySeconds);
+            metrics.replicaStart.observe({ stage: 'engine_ready' }, t.engineReadySeconds);
+            metrics.replicaStart.observe({ stage: 'total' }, t.totalSeconds);
+          },
           decision: (_ep, d) => {
             if (d.wakeDurationSeconds !== undefined) metrics.wakeDuration.observe(d.wakeDurationSeconds);
           },

@@ -88,3 +88,56 @@ describe('desiredService', () => {
     expect(serviceUrl(endpoint())).toBe('http://endpt-abc123.team-a.svc:8000');
   });
 });
+
+describe('model sources in the Deployment', () => {
+  const engine = (source: string, extra: Record<string, unknown> = {}) =>
+    desiredDeployment(endpoint({ model: { id: 'org/m', source, ...extra } }), h100, config, 1).spec!.template
+      .spec!;
+
+  it('oci:// mounts the image as a read-only image volume at /models', () => {
+    const pod = engine('oci://registry.example.com/weights/m:v1');
+    expect(pod.volumes).toContainEqual({
+      name: 'model-source',
+      image: { reference: 'registry.example.com/weights/m:v1', pullPolicy: 'IfNotPresent' },
+    });
+    expect(pod.containers[0]!.volumeMounts).toContainEqual({
+      name: 'model-source',
+      mountPath: '/models',
+      readOnly: true,
+    });
+    expect(pod.containers[0]!.args?.slice(0, 3)).toEqual(['/models', '--served-model-name', 'org/m']);
+    expect(pod.containers[0]!.args).not.toContain('--revision');
+  });
+
+  it('file:// mounts the node directory (it must exist: type Directory)', () => {
+    expect(engine('file:///data/weights/m').volumes).toContainEqual({
+      name: 'model-source',
+      hostPath: { path: '/data/weights/m', type: 'Directory' },
+    });
+  });
+
+  it('s3:// hands the URI to vLLM’s streamer with the credentials Secret as environment', () => {
+    const c = engine('s3://bucket/m', { credentialsSecretRef: { name: 's3' } }).containers[0]!;
+    expect(c.args?.[0]).toBe('s3://bucket/m');
+    expect(c.args?.join(' ')).toContain('--load-format runai_streamer');
+    expect(c.envFrom).toEqual([{ secretRef: { name: 's3' } }]);
+  });
+
+  it('the schema refuses malformed sources with the field’s message', () => {
+    for (const bad of [
+      'ftp://x/y',
+      'pvc://Bad_Claim/x',
+      's3://',
+      'oci://image-without-registry',
+      'relative/path',
+    ]) {
+      const r = DedicatedEndpointSpecSchema.safeParse({
+        account: 'a',
+        model: { id: 'org/m', source: bad },
+        hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
+      });
+      expect(r.success, bad).toBe(false);
+      expect(r.error?.issues[0]?.message, bad).toMatch(/^spec\.model\.source must be pvc:\/\//);
+    }
+  });
+});

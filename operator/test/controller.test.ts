@@ -24,6 +24,7 @@ function emptyRuntime(keys: string[], events: string[]): ControlledRuntime {
       apply: async () => {},
       url: () => '',
       hubToken: async () => ({ kind: 'none' }),
+      checkSource: async () => ({ kind: 'passed' as const }),
     },
     keys: () => keys,
     start: async () => {

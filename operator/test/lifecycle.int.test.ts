@@ -43,6 +43,16 @@ describe('endpoint lifecycle', () => {
       preflightGeneration: 1,
       url: `http://endpt-basic.${ns.name}.svc:8000`,
     });
+    // The start, stage by stage, in status and as a metric.
+    const start = up.status?.lastStart;
+    expect(start?.pod).toMatch(/^endpt-basic-/);
+    expect(start!.totalSeconds).toBeCloseTo(
+      start!.scheduledSeconds + start!.imageReadySeconds + start!.engineReadySeconds,
+      2,
+    );
+    expect(start!.engineReadySeconds).toBeGreaterThanOrEqual(1); // ready-after 2s, from the container's start
+    const metrics = await (await fetch(`http://127.0.0.1:${op.metricsPort}/metrics`)).text();
+    expect(metrics).toMatch(/berth_operator_replica_start_seconds_count\{stage="engine_ready"\} [1-9]/);
     expect(up.status?.conditions?.find((c) => c.type === 'Ready')).toMatchObject({
       status: 'True',
       observedGeneration: 1,

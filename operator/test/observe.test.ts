@@ -1,7 +1,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { mostSevere } from '../src/core/failures.ts';
-import { classifyPods, HUB_TOKEN_REMEDY, observeWorkload } from '../src/k8s/observe.ts';
+import { classifyPods, HUB_TOKEN_REMEDY, observeWorkload, startTiming } from '../src/k8s/observe.ts';
 
 const opts = { crashLoopRestarts: 3 };
 const pod = (status: V1Pod['status']): V1Pod => ({ metadata: { name: 'p' }, status });
@@ -174,5 +174,62 @@ describe('classifyPods', () => {
     const ready = pod({ conditions: [{ type: 'Ready', status: 'True' }] });
     const leaving: V1Pod = { ...ready, metadata: { name: 'q', deletionTimestamp: new Date() } };
     expect(observeWorkload(undefined, [ready, leaving], opts)).toEqual({ replicas: 0, readyReplicas: 1 });
+  });
+});
+
+describe('startTiming', () => {
+  const started = (
+    name: string,
+    created: string,
+    scheduled: string,
+    running: string,
+    ready: string,
+  ): V1Pod => ({
+    metadata: { name, creationTimestamp: new Date(created) },
+    status: {
+      conditions: [
+        { type: 'PodScheduled', status: 'True', lastTransitionTime: new Date(scheduled) },
+        { type: 'Ready', status: 'True', lastTransitionTime: new Date(ready) },
+      ],
+      containerStatuses: [
+        {
+          name: 'engine',
+          image: 'x',
+          imageID: '',
+          ready: true,
+          restartCount: 0,
+          state: { running: { startedAt: new Date(running) } },
+        },
+      ],
+    },
+  });
+
+  it('splits the newest Ready pod’s start into scheduled, image ready and engine ready', () => {
+    const old = started(
+      'a',
+      '2026-01-01T00:00:00Z',
+      '2026-01-01T00:00:01Z',
+      '2026-01-01T00:00:03Z',
+      '2026-01-01T00:00:10Z',
+    );
+    const newer = started(
+      'b',
+      '2026-01-01T01:00:00Z',
+      '2026-01-01T01:00:00.500Z',
+      '2026-01-01T01:00:02.500Z',
+      '2026-01-01T01:00:42.500Z',
+    );
+    expect(startTiming([old, newer])).toEqual({
+      pod: 'b',
+      createdAt: '2026-01-01T01:00:00.000Z',
+      scheduledSeconds: 0.5,
+      imageReadySeconds: 2,
+      engineReadySeconds: 40,
+      totalSeconds: 42.5,
+    });
+  });
+
+  it('has nothing to say while no pod is Ready', () => {
+    expect(startTiming([pod({ conditions: [{ type: 'PodScheduled', status: 'True' }] })])).toBeUndefined();
   });
 });

@@ -12,7 +12,7 @@ import type { Observed } from '../src/core/types.ts';
 const T0 = new Date('2026-01-01T12:00:00Z');
 const ago = (s: number) => new Date(T0.getTime() - s * 1000).toISOString();
 const opts = {
-  deadlines: { provisioningSeconds: 1800, wakeSeconds: 600 },
+  deadlines: { provisioningSeconds: 1800, wakeSeconds: 600, hubUnreachableSeconds: 60 },
   scaling: { targetInFlightPerReplica: 8 },
 };
 

@@ -160,6 +160,7 @@ export function emulateBuild(repoRoot: string, spec: ImageSpec, out: string): Em
     const words = command.trim().split(/\s+/);
     if (words[0] === 'npm' && words[1] === 'ci') return npmCi(repoRoot, cwd, words.slice(2));
     if (command.trim() === 'npm run generate -w prisma') return generatePrismaClient(repoRoot, cwd);
+    if (command.trim() === 'npm run build -w @berth/web') return buildWeb(cwd);
     if (words[0] === 'rm' && words[1] === '-rf') {
       for (const p of words.slice(2)) {
         if (p.startsWith('/') || p.split('/').includes('..'))
@@ -339,6 +340,22 @@ function npmCi(repoRoot: string, cwd: string, flags: string[]) {
       at,
     );
   }
+}
+
+/** The dashboard's Vite build, run for real on the stage's own files and node_modules. */
+function buildWeb(cwd: string) {
+  for (const f of ['apps/web/index.html', 'apps/web/vite.config.ts', 'apps/web/src', 'node_modules/vite'])
+    if (!existsSync(join(cwd, f))) throw new Error(`the dashboard's build needs ${f}`);
+  execFileSync(
+    process.execPath,
+    [join(cwd, 'node_modules/vite/bin/vite.js'), 'build', '--logLevel', 'warn'],
+    {
+      cwd: join(cwd, 'apps/web'),
+      env: { PATH: process.env.PATH, HOME: cwd },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 120_000,
+    },
+  );
 }
 
 function generatePrismaClient(repoRoot: string, cwd: string) {

@@ -17,7 +17,11 @@ export interface TestApi extends RunningApi {
   stop(): Promise<void>;
 }
 
-export async function startTestApi(env: Record<string, string> = {}, db?: TestDatabase): Promise<TestApi> {
+export async function startTestApi(
+  env: Record<string, string> = {},
+  db?: TestDatabase,
+  options: { now?: () => Date } = {},
+): Promise<TestApi> {
   const database = db ?? (await createTestDatabase('api'));
   const config = parseConfig({
     PORT: '0',
@@ -28,7 +32,7 @@ export async function startTestApi(env: Record<string, string> = {}, db?: TestDa
     SHUTDOWN_GRACE_MS: '2000',
     ...env,
   });
-  const api = await startApi(config, { logger: pino({ level: env.LOG_LEVEL ?? 'silent' }) });
+  const api = await startApi(config, { logger: pino({ level: env.LOG_LEVEL ?? 'silent' }), ...options });
   const admin = (pathname: string, init: RequestInit = {}) =>
     fetch(api.url + pathname, {
       ...init,

@@ -112,10 +112,20 @@ export async function startApi(
   let auth: DashboardAuth | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
+    const metrics = createMetrics();
+    const now = options.now ?? (() => new Date());
+    billing = await startBilling({
+      config,
+      db,
+      catalog,
+      logger,
+      registry: metrics.registry,
+      ...(options.now ? { now: options.now } : {}),
+    });
     if (kind === 'kubernetes') {
       runtime = kubernetesRuntime(config, logger);
     } else if (kind === 'local') {
-      runtime = await localRuntime({ config, logger, prisma: db.prisma, catalog });
+      runtime = await localRuntime({ config, logger, prisma: db.prisma, catalog, gpu: billing.gpu, now });
     } else {
       logger.warn(
         'no Kubernetes configured (KUBECONFIG unset) and DATABASE_URL set: dedicated endpoints are disabled (BERTH_RUNTIME=local runs them as processes of this API, one API process only)',
@@ -138,21 +148,12 @@ export async function startApi(
           logger,
         })
       : localRevocationBus();
-    const metrics = createMetrics();
-    billing = await startBilling({
-      config,
-      db,
-      catalog,
-      logger,
-      registry: metrics.registry,
-      ...(options.now ? { now: options.now } : {}),
-    });
     if (kind === 'kubernetes') {
       const meterMetrics = gpuMeterMetrics(metrics.registry);
       const work = kubernetesGpuMeter(config, {
         gpu: billing.gpu,
         logger,
-        now: options.now ?? (() => new Date()),
+        now,
         onSync: meterMetrics.sync,
       });
       // Exactly one API replica meters GPU time; on the embedded database there is only one.

@@ -26,6 +26,15 @@ export const reconcilerEnv = z.object({
     .url('must be a URL such as https://huggingface.co')
     .optional()
     .describe('Model hub for the pre-start checks (size, gated model, token)'),
+  BERTH_PREFLIGHT: z
+    .enum(['true', 'false'], { error: 'must be true or false' })
+    .default('true')
+    .describe(
+      'Ask the model hub before provisioning (hub sources only); false starts the engine without asking',
+    ),
+  BERTH_HUB_UNREACHABLE_SECONDS: seconds(60).describe(
+    'A hub that does not answer the pre-start checks this long fails the endpoint with ModelSourceUnreachable',
+  ),
   BERTH_PROVISIONING_TIMEOUT_SECONDS: seconds(1800).describe(
     '`building` longer than this fails with ProvisioningTimeout',
   ),
@@ -52,6 +61,10 @@ export type ReconcilerEnv = z.infer<typeof reconcilerEnv>;
 export interface ReconcilerConfig {
   /** Model hub for the pre-start checks; absent: the checks are skipped. */
   hfEndpoint?: string;
+  /** Run the hub checks at all (false: hub sources start without them). Default true. */
+  preflight?: boolean;
+  /** How long the hub may not answer the checks before the endpoint fails. Default 60. */
+  hubUnreachableSeconds?: number;
   provisioningTimeoutSeconds: number;
   wakeTimeoutSeconds: number;
   crashLoopRestarts: number;
@@ -64,6 +77,8 @@ export interface ReconcilerConfig {
 export function reconcilerConfig(env: ReconcilerEnv): ReconcilerConfig {
   return {
     ...(env.HF_ENDPOINT ? { hfEndpoint: env.HF_ENDPOINT } : {}),
+    preflight: env.BERTH_PREFLIGHT === 'true',
+    hubUnreachableSeconds: env.BERTH_HUB_UNREACHABLE_SECONDS,
     provisioningTimeoutSeconds: env.BERTH_PROVISIONING_TIMEOUT_SECONDS,
     wakeTimeoutSeconds: env.BERTH_WAKE_TIMEOUT_SECONDS,
     crashLoopRestarts: env.BERTH_CRASHLOOP_RESTARTS,

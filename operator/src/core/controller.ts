@@ -1,4 +1,4 @@
-import type { Catalog, DedicatedEndpoint } from '@berth/crds';
+import type { Catalog, DedicatedEndpoint, StartTiming } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { ReconcilerConfig } from './config.ts';
 import { errorText } from './error-text.ts';
@@ -46,6 +46,7 @@ export interface ControllerOptions {
     pass?(): () => void;
     outcome?(outcome: Outcome): void;
     decision?(ep: DedicatedEndpoint, decision: Decision): void;
+    start?(timing: StartTiming): void;
   };
 }
 
@@ -71,14 +72,15 @@ export function startController<R extends ControlledRuntime>(
   build: (enqueue: (key: string) => void) => R,
 ): Controller<R> {
   const { config, log } = o;
-  const preflight: PreflightOptions | undefined = config.hfEndpoint
-    ? {
-        hfEndpoint: config.hfEndpoint,
-        gpuMemoryUtilization: config.gpuMemoryUtilization,
-        timeoutMs: 10_000,
-        ...(o.fetch ? { fetch: o.fetch } : {}),
-      }
-    : undefined;
+  const preflight: PreflightOptions | undefined =
+    config.hfEndpoint && config.preflight !== false
+      ? {
+          hfEndpoint: config.hfEndpoint,
+          gpuMemoryUtilization: config.gpuMemoryUtilization,
+          timeoutMs: 10_000,
+          ...(o.fetch ? { fetch: o.fetch } : {}),
+        }
+      : undefined;
   // Set once `build` has returned; the queue's handler only runs after that.
   let bound: { runtime: R; deps: ReconcileDeps } | undefined = undefined;
   const early: string[] = [];
@@ -122,6 +124,7 @@ export function startController<R extends ControlledRuntime>(
         deadlines: {
           provisioningSeconds: config.provisioningTimeoutSeconds,
           wakeSeconds: config.wakeTimeoutSeconds,
+          hubUnreachableSeconds: config.hubUnreachableSeconds ?? 60,
         },
         scaling: { targetInFlightPerReplica: config.targetInFlightPerReplica },
       },
@@ -129,6 +132,7 @@ export function startController<R extends ControlledRuntime>(
       log,
       ...(o.now ? { now: o.now } : {}),
       ...(o.observer?.decision ? { onDecision: o.observer.decision } : {}),
+      ...(o.observer?.start ? { onStart: o.observer.start } : {}),
     },
   };
   for (const key of early.splice(0)) queue.add(key);

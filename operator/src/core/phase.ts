@@ -128,11 +128,24 @@ export function decide(
         'ProvisioningTimeout',
         `Model checks did not complete within ${opts.deadlines.provisioningSeconds}s: ${pf?.message ?? 'model hub not reachable'}`,
       );
-    const message =
-      pf?.kind === 'unavailable'
-        ? `Waiting for the model hub: ${pf.message}`
-        : 'Checking the model and hub token';
-    return result('building', 'CheckingModel', message, 0, Math.min(left, 10_000));
+    if (pf?.kind === 'unavailable') {
+      const hubLeft = opts.deadlines.hubUnreachableSeconds * 1000 - elapsedMs(m.buildingSince, now);
+      if (hubLeft <= 0)
+        return fail(
+          'ModelSourceUnreachable',
+          `The model hub did not answer the pre-start checks for ${opts.deadlines.hubUnreachableSeconds}s (${pf.message}). ` +
+            'Point HF_ENDPOINT at a hub or mirror the cluster can reach, give pre-downloaded weights in spec.model.source ' +
+            '(pvc://, file://, s3:// or oci://), or set BERTH_PREFLIGHT=false to start without the checks; then update the endpoint spec to retry.',
+        );
+      return result(
+        'building',
+        'CheckingModel',
+        `Waiting for the model hub: ${pf.message}`,
+        0,
+        Math.min(left, hubLeft, 10_000),
+      );
+    }
+    return result('building', 'CheckingModel', 'Checking the model and hub token', 0, Math.min(left, 10_000));
   }
 
   const wl = observed.workload;

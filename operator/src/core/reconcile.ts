@@ -1,10 +1,18 @@
-import type { Catalog, Condition, DedicatedEndpoint, DedicatedEndpointStatus, Phase } from '@berth/crds';
+import type {
+  Catalog,
+  Condition,
+  DedicatedEndpoint,
+  DedicatedEndpointStatus,
+  Phase,
+  StartTiming,
+} from '@berth/crds';
 import {
   ACTIVITY_REFRESH_SECONDS,
   ANNOTATION_IN_FLIGHT,
   ANNOTATION_LAST_ACTIVITY,
   checkHardware,
   FINALIZER,
+  parseModelSource,
 } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { PhaseOptions } from './phase.ts';
@@ -26,6 +34,8 @@ export interface ReconcileDeps {
   log: Logger;
   now?: () => Date;
   onDecision?: (ep: DedicatedEndpoint, decision: Decision) => void;
+  /** A replica start not seen before (its durations, once per pod). */
+  onStart?: (timing: StartTiming) => void;
 }
 
 /** One level-triggered pass for one key: read the cache, decide, apply, write status once. */
@@ -62,9 +72,14 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
 
   let pf: PreflightResult | undefined;
   if (instanceType && status.preflightGeneration !== generation && !failedThisGeneration) {
-    pf = deps.preflight
-      ? await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight)
-      : { kind: 'passed', message: 'Model checks skipped: no model hub configured' };
+    const source = parseModelSource(ep.spec.model.source);
+    // The hub checks run only where they can answer: hub sources, when enabled.
+    pf =
+      source.kind !== 'hub'
+        ? await deps.driver.checkSource(ep, source)
+        : deps.preflight
+          ? await preflight(ep, instanceType, await deps.driver.hubToken(ep), deps.preflight)
+          : { kind: 'passed', message: 'Model checks skipped: no model hub configured' };
     log.info({ preflight: pf }, 'model checks ran');
   }
 
@@ -89,6 +104,8 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
     );
   }
   deps.onDecision?.(ep, decision);
+  const started = observed.workload.lastStart;
+  if (started && started.pod !== status.lastStart?.pod) deps.onStart?.(started);
   return decision.requeueAfterMs !== undefined ? { requeueAfterMs: decision.requeueAfterMs } : undefined;
 }
 
@@ -131,6 +148,7 @@ export function nextStatus(
     lastTransitionTime:
       phaseChanged || !prev.lastTransitionTime ? now.toISOString() : prev.lastTransitionTime,
     conditions,
+    lastStart: observed.workload.lastStart ?? prev.lastStart,
     ...d.memory,
   });
 }

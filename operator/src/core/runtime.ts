@@ -1,6 +1,6 @@
-import type { DedicatedEndpoint, DedicatedEndpointStatus, InstanceType } from '@berth/crds';
+import type { DedicatedEndpoint, DedicatedEndpointStatus, InstanceType, ModelSource } from '@berth/crds';
 import type { HubToken } from './preflight.ts';
-import type { ObservedWorkload, PhaseEvent } from './types.ts';
+import type { ObservedWorkload, PhaseEvent, PreflightResult } from './types.ts';
 
 // The narrow interface between the reconcile loop and a runtime: Kubernetes (k8s/) or processes on
 // one machine (local/). Reads come from the runtime's cache; writes are idempotent.
@@ -26,6 +26,11 @@ export interface WorkloadDriver {
    * dials the Ready replicas it watches, not this).
    */
   url(ep: DedicatedEndpoint): string;
+  /**
+   * Can this runtime read the weights of a source other than the hub (spec.model.source)? Checked
+   * once per generation before anything starts; a source it cannot read fails the endpoint at once.
+   */
+  checkSource(ep: DedicatedEndpoint, source: Exclude<ModelSource, { kind: 'hub' }>): Promise<PreflightResult>;
   /** The hub token named by spec.model.hubTokenSecretRef. */
   hubToken(ep: DedicatedEndpoint): Promise<HubToken>;
 }

@@ -1,4 +1,10 @@
-import type { DedicatedEndpoint, DedicatedEndpointStatus, FailureReason, Phase } from '@berth/crds';
+import type {
+  DedicatedEndpoint,
+  DedicatedEndpointStatus,
+  FailureReason,
+  Phase,
+  StartTiming,
+} from '@berth/crds';
 import type { PhaseCondition } from './conditions.ts';
 
 // The runtime-agnostic seam. The Kubernetes runtime (k8s/) implements it with informers and
@@ -43,6 +49,8 @@ export interface ObservedWorkload {
   readyReplicas: number;
   /** Most severe failure signal among current pods, if any. */
   failure?: WorkloadFailure;
+  /** The newest Ready replica's start, stage by stage, when the runtime can tell. */
+  lastStart?: StartTiming;
   /** Requests running + waiting across replicas, when the runtime can tell. */
   inFlight?: number;
 }
@@ -78,6 +86,8 @@ export interface Decision {
 export interface Deadlines {
   provisioningSeconds: number;
   wakeSeconds: number;
+  /** A hub that has not answered the pre-start checks this long since the build began fails it. */
+  hubUnreachableSeconds: number;
 }
 
 export interface ScalingPolicy {

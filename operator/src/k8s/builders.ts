@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { V1Deployment, V1EnvVar, V1OwnerReference, V1Service, V1Volume } from '@kubernetes/client-node';
-import type { DedicatedEndpoint, InstanceType } from '@berth/crds';
+import type { DedicatedEndpoint, InstanceType, ModelSource } from '@berth/crds';
 import {
   API_VERSION,
   ENGINE_PORT,
@@ -11,6 +11,7 @@ import {
   LABEL_MANAGED_BY,
   LABEL_SPEC_HASH,
   MANAGED_BY,
+  parseModelSource,
 } from '@berth/crds';
 import { engineArgs } from '../core/engine-args.ts';
 
@@ -89,6 +90,7 @@ export function desiredDeployment(
   replicas: number,
 ): V1Deployment {
   const { model, engine } = ep.spec;
+  const source = sourceMount(parseModelSource(model.source));
   const env: V1EnvVar[] = [{ name: 'HF_HOME', value: HF_CACHE_DIR }];
   if (config.hfEndpoint) env.push({ name: 'HF_ENDPOINT', value: config.hfEndpoint });
   if (model.hubTokenSecretRef) {
@@ -129,8 +131,11 @@ export function desiredDeployment(
             {
               name: 'engine',
               image: engine?.image ?? config.engineImage,
-              args: engineArgs(ep),
+              args: engineArgs(ep, source.weights),
               env,
+              ...(model.credentialsSecretRef
+                ? { envFrom: [{ secretRef: { name: model.credentialsSecretRef.name } }] }
+                : {}),
               ports: [{ name: 'http', containerPort: ENGINE_PORT, protocol: 'TCP' }],
               resources: {
                 limits: { [instanceType.resourceName]: gpus },
@@ -157,10 +162,17 @@ export function desiredDeployment(
               volumeMounts: [
                 { name: CACHE_VOLUME, mountPath: HF_CACHE_DIR },
                 { name: 'shm', mountPath: '/dev/shm' },
+                ...(source.volume
+                  ? [{ name: source.volume.name, mountPath: MODELS_DIR, readOnly: true }]
+                  : []),
               ],
             },
           ],
-          volumes: [cacheVolume(ep, config.modelCache), { name: 'shm', emptyDir: { medium: 'Memory' } }],
+          volumes: [
+            cacheVolume(ep, config.modelCache),
+            { name: 'shm', emptyDir: { medium: 'Memory' } },
+            ...(source.volume ? [source.volume] : []),
+          ],
         },
       },
     },
@@ -171,6 +183,35 @@ export function desiredDeployment(
     deployment.spec!.strategy,
   );
   return deployment;
+}
+
+/** Where pre-downloaded weights are mounted in the engine container. */
+export const MODELS_DIR = '/models';
+
+/**
+ * How the engine reaches the weights of a source: a read-only volume at /models (claim, node
+ * directory, or an OCI image as an image volume) or, for S3, vLLM's own loader on the URI.
+ */
+export function sourceMount(source: ModelSource): { weights?: string; volume?: V1Volume } {
+  const name = 'model-source';
+  switch (source.kind) {
+    case 'hub':
+      return {};
+    case 'pvc':
+      return {
+        weights: source.path ? `${MODELS_DIR}/${source.path}` : MODELS_DIR,
+        volume: { name, persistentVolumeClaim: { claimName: source.claim, readOnly: true } },
+      };
+    case 'path':
+      return { weights: MODELS_DIR, volume: { name, hostPath: { path: source.path, type: 'Directory' } } };
+    case 'oci':
+      return {
+        weights: MODELS_DIR,
+        volume: { name, image: { reference: source.reference, pullPolicy: 'IfNotPresent' } },
+      };
+    case 's3':
+      return { weights: source.uri };
+  }
 }
 
 function cacheVolume(ep: DedicatedEndpoint, cache: ModelCache): V1Volume {

@@ -1,11 +1,12 @@
-import type { DedicatedEndpoint, InstanceType } from '@berth/crds';
+import type { DedicatedEndpoint, InstanceType, ModelSource } from '@berth/crds';
 import { FIELD_MANAGER, LABEL_SPEC_HASH } from '@berth/crds';
 import type { KubeConfig, KubernetesObject, V1Secret } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { CoreV1Api, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
 import type { HubToken } from '../core/preflight.ts';
 import type { WorkloadDriver } from '../core/runtime.ts';
-import type { ObservedWorkload } from '../core/types.ts';
+import type { ObservedWorkload, PreflightResult } from '../core/types.ts';
+import { errorText } from '../core/error-text.ts';
 import type { BuildConfig } from './builders.ts';
 import { desiredCacheClaim, desiredDeployment, desiredService, serviceUrl } from './builders.ts';
 import { keyOf, type KubeCache } from './cache.ts';
@@ -33,6 +34,8 @@ export class KubeWorkloadDriver implements WorkloadDriver {
       build: BuildConfig;
       crashLoopRestarts: number;
       log?: Logger;
+      /** The object-storage reachability check's client (tests pass their own). */
+      fetch?: typeof fetch;
       /** Every write to the API server (a metric: a quiet resync writes nothing). */
       onWrite?: (resource: WrittenResource) => void;
     },
@@ -112,6 +115,74 @@ export class KubeWorkloadDriver implements WorkloadDriver {
 
   url(ep: DedicatedEndpoint): string {
     return serviceUrl(ep);
+  }
+
+  async checkSource(
+    ep: DedicatedEndpoint,
+    source: Exclude<ModelSource, { kind: 'hub' }>,
+  ): Promise<PreflightResult> {
+    const namespace = ep.metadata.namespace!;
+    const unreachable = (message: string): PreflightResult => ({
+      kind: 'failed',
+      reason: 'ModelSourceUnreachable',
+      message: `${message} Then update the endpoint spec to retry.`,
+    });
+    switch (source.kind) {
+      case 'pvc': {
+        const claim = await this.read(() =>
+          this.core.readNamespacedPersistentVolumeClaim({ name: source.claim, namespace }),
+        );
+        if (!claim)
+          return unreachable(
+            `PersistentVolumeClaim ${source.claim} named by spec.model.source does not exist in namespace ${namespace}: create it with the weights${source.path ? ` under /${source.path}` : ''}, or fix spec.model.source.`,
+          );
+        return { kind: 'passed', message: `Weights from PersistentVolumeClaim ${source.claim}` };
+      }
+      case 's3': {
+        const ref = ep.spec.model.credentialsSecretRef;
+        let endpoint = 'https://s3.amazonaws.com';
+        if (ref) {
+          const secret = await this.read(() => this.core.readNamespacedSecret({ name: ref.name, namespace }));
+          if (!secret)
+            return unreachable(
+              `Secret ${ref.name} named by spec.model.credentialsSecretRef does not exist in namespace ${namespace}: create it with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for S3-compatible storage).`,
+            );
+          const url = secret.data?.AWS_ENDPOINT_URL;
+          if (url) endpoint = Buffer.from(url, 'base64').toString('utf8').trim();
+        }
+        // Any HTTP answer means the storage is reachable (an unsigned request is refused with 403);
+        // no answer within seconds is what would otherwise stall the engine's start for its whole timeout.
+        const target = `${endpoint.replace(/\/+$/, '')}/${source.bucket}`;
+        try {
+          const res = await (this.o.fetch ?? fetch)(target, {
+            method: 'HEAD',
+            signal: AbortSignal.timeout(5000),
+          });
+          if (res.status === 404)
+            return unreachable(`Bucket ${source.bucket} of spec.model.source does not exist at ${endpoint}.`);
+        } catch (err) {
+          return unreachable(
+            `Object storage ${endpoint} for spec.model.source ${source.uri} did not answer (${errorText(err)}): check AWS_ENDPOINT_URL in the Secret named by spec.model.credentialsSecretRef and that the cluster can reach it.`,
+          );
+        }
+        return { kind: 'passed', message: `Weights from ${source.uri}` };
+      }
+      case 'path':
+        return { kind: 'passed', message: `Weights from the node directory ${source.path}` };
+      case 'oci':
+        // An image the node cannot pull surfaces as ImagePullFailed from the pod, with the kubelet's words.
+        return { kind: 'passed', message: `Weights from the image ${source.reference}` };
+    }
+  }
+
+  /** A read that answers undefined for 404. */
+  private async read<T>(get: () => Promise<T>): Promise<T | undefined> {
+    try {
+      return await get();
+    } catch (err) {
+      if ((err as { code?: number }).code === 404) return undefined;
+      throw err;
+    }
   }
 
   async hubToken(ep: DedicatedEndpoint): Promise<HubToken> {

@@ -1,3 +1,4 @@
+import type { StartTiming } from '@berth/crds';
 import type { V1Deployment, V1Pod } from '@kubernetes/client-node';
 import { failureInOutput, mostSevere, outOfMemory } from '../core/failures.ts';
 import type { ObservedWorkload, WorkloadFailure } from '../core/types.ts';
@@ -69,12 +70,47 @@ export function observeWorkload(
       !p.metadata?.deletionTimestamp &&
       p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
   ).length;
+  const lastStart = startTiming(pods);
   return {
+    ...(lastStart ? { lastStart } : {}),
     replicas: deployment?.status?.replicas ?? 0,
     // Pods are the fresher signal (the Deployment status lags by a controller pass); take either.
     readyReplicas: Math.max(deployment?.status?.readyReplicas ?? 0, readyPods),
     ...(failure ? { failure } : {}),
   };
+}
+
+/**
+ * The newest Ready pod's start: created → scheduled (PodScheduled) → engine container running (the
+ * image is on the node) → Ready (the startup probe passed: weights loaded and the engine serving).
+ */
+export function startTiming(pods: readonly V1Pod[]): StartTiming | undefined {
+  const t = (v: Date | string | undefined) => (v === undefined ? NaN : new Date(v).getTime());
+  let best: StartTiming | undefined;
+  let bestCreated = -Infinity;
+  for (const pod of pods) {
+    if (pod.metadata?.deletionTimestamp) continue;
+    const cond = (type: string) =>
+      pod.status?.conditions?.find((c) => c.type === type && c.status === 'True');
+    const created = t(pod.metadata?.creationTimestamp);
+    const scheduled = t(cond('PodScheduled')?.lastTransitionTime);
+    const running = t(
+      pod.status?.containerStatuses?.find((c) => c.name === 'engine')?.state?.running?.startedAt,
+    );
+    const ready = t(cond('Ready')?.lastTransitionTime);
+    if ([created, scheduled, running, ready].some(Number.isNaN) || created <= bestCreated) continue;
+    const s = (a: number, b: number) => Math.max(0, b - a) / 1000;
+    bestCreated = created;
+    best = {
+      pod: pod.metadata!.name!,
+      createdAt: new Date(created).toISOString(),
+      scheduledSeconds: s(created, scheduled),
+      imageReadySeconds: s(scheduled, running),
+      engineReadySeconds: s(running, ready),
+      totalSeconds: s(created, ready),
+    };
+  }
+  return best;
 }
 
 function tail(message: string | undefined, max = 600): string {

@@ -3,14 +3,16 @@
 // vLLM container (core/engine-args.ts) plus the local extras. It observes and scales the replicas for
 // the shared reconciler, and publishes the Ready replicas' addresses (the local counterpart of the
 // pod watch the API keeps on Kubernetes).
+import { stat } from 'node:fs/promises';
 import type { InstanceType } from '@berth/crds';
+import { parseModelSource } from '@berth/crds';
 import type { Logger } from 'pino';
 import { engineArgs } from '../core/engine-args.ts';
 import { mostSevere } from '../core/failures.ts';
 import { Listeners } from '../core/listeners.ts';
 import type { HubToken } from '../core/preflight.ts';
 import type { WorkloadDriver } from '../core/runtime.ts';
-import type { ObservedWorkload, WorkloadFailure } from '../core/types.ts';
+import type { ObservedWorkload, PreflightResult, WorkloadFailure } from '../core/types.ts';
 import type { LogFiles } from './logfiles.ts';
 import { pidFiles } from './reaper.ts';
 import { ReplicaSlot, type EngineCommand, type SupervisorOptions } from './supervisor.ts';
@@ -41,6 +43,8 @@ export interface ProcessDriver extends WorkloadDriver {
   /** Base URLs of the endpoint's ready replicas. */
   addresses(id: string): readonly string[];
   watchAddresses(id: string, fn: (addresses: readonly string[]) => void): () => void;
+  /** Processes of the endpoint that run now (starting, ready or draining): the GPUs it holds. */
+  running(id: string): number;
   /** Stops every replica of the endpoint (terminated or deleted). */
   remove(id: string): Promise<void>;
   /** Gracefully stops every replica of every endpoint. */
@@ -55,6 +59,8 @@ interface EndpointProcesses {
 
 export function processDriver(o: ProcessDriverOptions): ProcessDriver {
   const byId = new Map<string, EndpointProcesses>();
+  /** Every slot until it is retired and its process gone, draining ones included. */
+  const slots = new Set<ReplicaSlot>();
   const published = new Map<string, readonly string[]>();
   const listeners = new Listeners<readonly string[]>();
   let closing = false;
@@ -109,6 +115,15 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
   };
 
   return {
+    running(id) {
+      let n = 0;
+      for (const s of slots) {
+        if (s.done) slots.delete(s);
+        else if (s.id === id && s.running) n++;
+      }
+      return n;
+    },
+
     async observe(ep): Promise<ObservedWorkload> {
       const slots = byId.get(ep.metadata.name)?.slots ?? [];
       const failure = mostSevere(slots.map((s) => s.failure).filter((f): f is WorkloadFailure => !!f));
@@ -124,7 +139,8 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
       const id = ep.metadata.name;
       if (closing) return;
       const want = instanceType ? replicas : 0;
-      const args = [...engineArgs(ep), ...o.extraArgs];
+      const source = parseModelSource(ep.spec.model.source);
+      const args = [...engineArgs(ep, source.kind === 'path' ? source.path : undefined), ...o.extraArgs];
       const argsKey = JSON.stringify(args);
       let eps = byId.get(id);
       if (eps && (want === 0 || eps.argsKey !== argsKey)) {
@@ -137,6 +153,7 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
       while (eps.slots.length > want) track(id, eps.slots.pop()!.stop());
       while (eps.slots.length < want) {
         const slot = new ReplicaSlot(id, eps.slots.length, args, supervision, () => changed(id));
+        slots.add(slot);
         eps.slots.push(slot);
         void slot.start();
       }
@@ -144,6 +161,26 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
 
     url(ep) {
       return addressesOf(ep.metadata.name)[0] ?? '';
+    },
+
+    async checkSource(ep, source): Promise<PreflightResult> {
+      if (source.kind !== 'path')
+        return {
+          kind: 'failed',
+          reason: 'ModelSourceUnreachable',
+          message: `Local mode runs models from the hub or from a directory on this machine (file:///path); spec.model.source ${ep.spec.model.source} needs Kubernetes. Use a local directory, or run the endpoint on a cluster.`,
+        };
+      const ok = await stat(source.path).then(
+        (s) => s.isDirectory(),
+        () => false,
+      );
+      return ok
+        ? { kind: 'passed', message: `Weights from ${source.path}` }
+        : {
+            kind: 'failed',
+            reason: 'ModelSourceUnreachable',
+            message: `spec.model.source names ${source.path}, which is not a directory on this machine: download the weights there or fix spec.model.source.`,
+          };
     },
 
     async hubToken(ep): Promise<HubToken> {

@@ -5,6 +5,7 @@ import path from 'node:path';
 import type { Catalog } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { ReconcilerConfig } from '../core/config.ts';
+import type { TerminationHook } from '../core/runtime.ts';
 import { startController } from '../core/controller.ts';
 import { processDriver } from './driver.ts';
 import { logFiles, type LogFiles } from './logfiles.ts';
@@ -29,6 +30,10 @@ export interface LocalRuntimeOptions {
   /** The engines' environment (HF_TOKEN is their hub token); default this process's. */
   env?: NodeJS.ProcessEnv;
   log: Logger;
+  /** Told how many processes of an endpoint run whenever one starts or exits (GPU metering). */
+  onRunning?: (id: string, running: number) => void;
+  /** Effects outside the runtime before a terminated endpoint is gone (billing closes its record). */
+  termination?: TerminationHook;
 }
 
 export interface LocalRuntime {
@@ -48,44 +53,55 @@ export interface LocalRuntime {
 /** Resolves once the endpoints are loaded and every one of them is queued for a first pass. */
 export async function startLocalRuntime(o: LocalRuntimeOptions): Promise<LocalRuntime> {
   const logs = logFiles(path.join(o.dataDir, 'logs'), o.logMaxBytes);
-  const controller = startController({ config: o.config, catalog: o.catalog, log: o.log }, (enqueue) => {
-    const store = localEndpointStore(o.repository, {
-      onChange: enqueue,
-      recordEvent: (ep, ev) => logs.note(ep.metadata.name, `event ${ev.type} ${ev.reason}: ${ev.message}`),
-    });
-    const driver = processDriver({
-      engine: o.engine,
-      extraArgs: o.extraArgs,
-      runDir: path.join(o.dataDir, 'run'),
-      logs,
+  const controller = startController(
+    {
+      config: o.config,
+      catalog: o.catalog,
       log: o.log,
-      crashLoopRestarts: o.config.crashLoopRestarts,
-      stopGraceMs: o.stopGraceMs,
-      ...(o.env ? { env: o.env } : {}),
-      onChange: (id) => enqueue(keyOf(id)),
-    });
-    return {
-      store: store.reconciler,
-      driver,
-      endpoints: store,
-      keys: () => store.keys(),
-      // After a restart nothing runs: endpoints that were up go through `building` again and start
-      // their processes; hibernated ones stay asleep until a request; failed ones stay failed.
-      start: () => store.load(),
-      // Engines drain their requests in flight (SIGTERM) before the API's database closes.
-      stop: async () => {
-        await driver.close();
-        await store.close();
-      },
-      // The Kubernetes garbage collector's part: stop the processes, and drop the logs.
-      terminate: async (ep) => {
-        await driver.remove(ep.metadata.name);
-        logs.remove(ep.metadata.name);
-      },
-      // Deleted before it ever had a finalizer (a pass may have started it meanwhile).
-      gone: (key) => driver.remove(key.slice(key.indexOf('/') + 1)),
-    };
-  });
+      ...(o.termination ? { termination: o.termination } : {}),
+    },
+    (enqueue) => {
+      const store = localEndpointStore(o.repository, {
+        onChange: enqueue,
+        recordEvent: (ep, ev) => logs.note(ep.metadata.name, `event ${ev.type} ${ev.reason}: ${ev.message}`),
+      });
+      const driver = processDriver({
+        engine: o.engine,
+        extraArgs: o.extraArgs,
+        runDir: path.join(o.dataDir, 'run'),
+        logs,
+        log: o.log,
+        crashLoopRestarts: o.config.crashLoopRestarts,
+        stopGraceMs: o.stopGraceMs,
+        ...(o.env ? { env: o.env } : {}),
+        onChange: (id) => {
+          enqueue(keyOf(id));
+          o.onRunning?.(id, driver.running(id));
+        },
+      });
+      return {
+        store: store.reconciler,
+        driver,
+        endpoints: store,
+        keys: () => store.keys(),
+        // After a restart nothing runs: endpoints that were up go through `building` again and start
+        // their processes; hibernated ones stay asleep until a request; failed ones stay failed.
+        start: () => store.load(),
+        // Engines drain their requests in flight (SIGTERM) before the API's database closes.
+        stop: async () => {
+          await driver.close();
+          await store.close();
+        },
+        // The Kubernetes garbage collector's part: stop the processes, and drop the logs.
+        terminate: async (ep) => {
+          await driver.remove(ep.metadata.name);
+          logs.remove(ep.metadata.name);
+        },
+        // Deleted before it ever had a finalizer (a pass may have started it meanwhile).
+        gone: (key) => driver.remove(key.slice(key.indexOf('/') + 1)),
+      };
+    },
+  );
   try {
     await controller.started;
   } catch (err) {

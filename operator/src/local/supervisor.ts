@@ -71,6 +71,16 @@ export class ReplicaSlot {
     return p?.ready && !p.stopping ? p.url : undefined;
   }
 
+  /** A process of it runs (starting, ready or draining): what holds the GPUs, for billing. */
+  get running(): boolean {
+    return this.current !== undefined;
+  }
+
+  /** Retired and its process gone: nothing of it will run again. */
+  get done(): boolean {
+    return this.retired && !this.current;
+  }
+
   /** A replica as a Deployment counts it: starting, running or waiting to restart, not failed or stopping. */
   get counted(): boolean {
     return !this.failure && !this.current?.stopping;
@@ -115,6 +125,7 @@ export class ReplicaSlot {
       `replica ${this.index} starting (pid ${child.pid ?? '-'}, ${p.url}): ${[o.engine.command, ...o.engine.prefix, ...args].join(' ')}`,
     );
     o.log.info({ endpoint: id, replica: this.index, pid: child.pid, url: p.url }, 'engine process started');
+    this.changed();
 
     const probe = async () => {
       p.poll = undefined;

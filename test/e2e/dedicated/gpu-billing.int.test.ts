@@ -21,7 +21,8 @@ import { eventually } from '../../support/eventually.ts';
 import { startFakeHub } from '../../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../../support/operator.ts';
 import { servePodEngines, type PodEngines } from '../../support/pod-engines.ts';
-import { createTestDatabase, sql, type TestDatabase } from '../../support/postgres.ts';
+import { createTestDatabase, type TestDatabase } from '../../support/postgres.ts';
+import { gpuIntervals, gpuMeterRow } from '../../support/gpu-meter.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const MIN = 60_000;
@@ -96,27 +97,8 @@ async function spawnClockedApi(clock: Record<string, string>): Promise<ClockedAp
   };
 }
 
-const meter = async (id: string) =>
-  (
-    await sql<{
-      replicas: number;
-      opened_at: Date | null;
-      last_observed_at: Date;
-      terminated_at: Date | null;
-    }>(
-      db.url,
-      'SELECT replicas, opened_at, last_observed_at, terminated_at FROM gpu_meters WHERE endpoint_id = $1',
-      [id],
-    )
-  )[0];
-const intervals = async (id: string) =>
-  (
-    await sql<{ replicas: number; started_at: Date; ended_at: Date }>(
-      db.url,
-      'SELECT replicas, started_at, ended_at FROM gpu_intervals WHERE endpoint_id = $1 ORDER BY started_at',
-      [id],
-    )
-  ).map((r) => [r.replicas, r.started_at.toISOString(), r.ended_at.toISOString()]);
+const meter = (id: string) => gpuMeterRow(db.url, id);
+const intervals = (id: string) => gpuIntervals(db.url, id);
 const iso = (ms: number) => new Date(ms).toISOString();
 
 async function resource(id: string) {
@@ -323,5 +305,69 @@ describe('dedicated GPU time, metered from the cluster and invoiced weekly', () 
         amount: '1.800000',
       },
     ]);
+    api.child.kill('SIGTERM');
+    await new Promise((r) => api.child.once('exit', r));
   }, 300_000);
+
+  it('two API replicas: one meters; killed, the other takes over; a kubectl-applied endpoint gets the finalizer and is closed at its deletion', async () => {
+    const T = Date.parse('2026-12-08T10:00:00Z');
+    const replicas = [
+      await spawnClockedApi({ TEST_CLOCK_FROZEN: String(T) }),
+      await spawnClockedApi({ TEST_CLOCK_FROZEN: String(T) }),
+    ];
+    const leading = async (a: ClockedApi) =>
+      /^berth_gpu_meter_leader 1$/m.test(await (await fetch(a.url + '/metrics')).text());
+    const leader = await eventually(async () => {
+      const flags = await Promise.all(replicas.map(leading));
+      expect(flags.filter(Boolean)).toHaveLength(1);
+      return replicas[flags.indexOf(true)]!;
+    });
+    const standby = replicas.find((r) => r !== leader)!;
+
+    const admin = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' };
+    const account = (await (
+      await fetch(standby.url + '/admin/accounts', {
+        method: 'POST',
+        headers: admin,
+        body: '{"name":"kubectl"}',
+      })
+    ).json()) as { account: { id: string } };
+    const id = `endpt-kubectl${Date.now().toString(36)}`;
+    await kubectlOk(['apply', '-f', '-'], {
+      input: JSON.stringify({
+        apiVersion: 'berth.dev/v1alpha1',
+        kind: 'DedicatedEndpoint',
+        metadata: { name: id, namespace: ns.name },
+        spec: {
+          account: account.account.id,
+          model: { id: 'org/small' },
+          hardware: { gpuType: 'nvidia-l4-24gb', gpuCount: 2 },
+          scaling: { minReplicas: 1, maxReplicas: 1, idleTimeoutSeconds: 600 },
+        },
+      }),
+    });
+    // Not created through the API: the meter adds the API's finalizer.
+    await eventually(async () =>
+      expect((await resource(id))?.metadata.finalizers).toContain('berth.dev/billing'),
+    );
+    await eventually(
+      async () => expect(await meter(id)).toMatchObject({ replicas: 1, opened_at: new Date(T) }),
+      {
+        timeout: 90_000,
+      },
+    );
+
+    leader.child.kill('SIGKILL');
+    await standby.clock({ frozen: T + HOUR });
+    await eventually(() => leading(standby), { timeout: 20_000 });
+    await eventually(async () => expect((await meter(id))!.last_observed_at).toEqual(new Date(T + HOUR)));
+
+    await kubectlOk(['delete', 'dedicatedendpoint', id, '-n', ns.name, '--wait=true', '--timeout=60s']);
+    expect(await meter(id)).toMatchObject({ replicas: 0, terminated_at: new Date(T + HOUR) });
+    expect(await intervals(id)).toEqual([[1, iso(T), iso(T + HOUR)]]);
+    const invoices = (await (
+      await fetch(`${standby.url}/admin/accounts/${account.account.id}/billing/invoices`, { headers: admin })
+    ).json()) as { upcoming: { lines: { gpuHours: string; amount: string }[] } };
+    expect(invoices.upcoming.lines).toMatchObject([{ gpuHours: '2.000000', amount: '1.600000' }]);
+  }, 240_000);
 });

@@ -14,7 +14,8 @@ export function webApp(dir: string): RequestHandler {
   router.use('/assets', express.static(path.join(dir, 'assets'), { immutable: true, maxAge: '365d' }));
   router.use(express.static(dir, { index: false, maxAge: 0 }));
   router.get(/.*/, (req, res, next) => {
-    if (API_PATHS.test(req.path) || !req.accepts('html')) return next();
+    // A missing file (`/assets/x.js`) is a 404, not the page.
+    if (API_PATHS.test(req.path) || path.extname(req.path) || !req.accepts('html')) return next();
     res.setHeader('cache-control', 'no-cache');
     res.sendFile(index);
   });

@@ -16,6 +16,8 @@ import { ApiError, endpointChanged, endpointNotFound } from '../../errors.ts';
 import { localEndpointRepository } from '../../repositories/local-endpoints.ts';
 import type { EndpointRuntime } from '../ports.ts';
 import { localEndpointLogs } from './logs.ts';
+import type { GpuBilling } from '../../billing/metering.ts';
+import { localGpuMeter } from './gpu-meter.ts';
 
 export interface LocalRuntimeOptions {
   config: Config;
@@ -23,6 +25,9 @@ export interface LocalRuntimeOptions {
   prisma: PrismaClient;
   catalog: Catalog;
   env?: NodeJS.ProcessEnv;
+  /** GPU metering of the endpoints' processes. */
+  gpu: GpuBilling;
+  now: () => Date;
 }
 
 /** The command that runs one replica: the engine simulator (default) or vLLM from PATH. */
@@ -62,6 +67,13 @@ const storeError =
 export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRuntime> {
   const { config } = o;
   const log = o.logger.child({ runtime: 'local' });
+  const meter = localGpuMeter({
+    gpu: o.gpu,
+    now: o.now,
+    logger: log,
+    syncIntervalMs: config.BILLING_GPU_SYNC_INTERVAL_MS,
+  });
+  await meter.recover();
   const rt = await startLocalRuntime({
     config: reconcilerConfig(config),
     catalog: o.catalog,
@@ -73,7 +85,13 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
     stopGraceMs: config.BERTH_LOCAL_STOP_GRACE_MS,
     ...(o.env ? { env: o.env } : {}),
     log,
+    onRunning: (id, running) => meter.onRunning(id, running),
+    termination: meter.termination,
   });
+  await meter.start(
+    () => rt.endpoints.list(),
+    (id) => rt.endpoints.get(id),
+  );
   log.info(
     {
       endpoints: rt.endpoints.list().length,
@@ -113,6 +131,9 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
     },
     logs: localEndpointLogs(rt.logs),
     ready: () => Promise.resolve(),
-    close: () => rt.close(),
+    close: async () => {
+      await rt.close();
+      await meter.close();
+    },
   };
 }
