@@ -142,6 +142,7 @@ describe("started from the image's files, configured as the chart (or the operat
   let db: TestDatabase;
   let docs: Manifest[];
   let catalogFile: string;
+  let modelsFile: string;
 
   beforeAll(async () => {
     await installCrd();
@@ -164,6 +165,14 @@ describe("started from the image's files, configured as the chart (or the operat
     writeFileSync(
       catalogFile,
       docs.find((d) => d.kind === 'ConfigMap' && d.data?.['catalog.yaml'])!.data!['catalog.yaml']!,
+    );
+    // …and the Elastic catalog file in the same ConfigMap.
+    modelsFile = join(work, 'models.yaml');
+    writeFileSync(
+      modelsFile,
+      docs.find((d) => d.kind === 'ConfigMap' && d.data?.['models.yaml'] !== undefined)!.data![
+        'models.yaml'
+      ]!,
     );
   }, 120_000);
 
@@ -188,6 +197,7 @@ describe("started from the image's files, configured as the chart (or the operat
       HOST: '127.0.0.1',
       PORT: '0',
       BERTH_CATALOG_FILE: catalogFile,
+      BERTH_MODELS_FILE: modelsFile,
       KUBECONFIG: kubeconfigPath(),
     };
     const { match } = await startImage(img, [], env, /"port":(\d+)[^\n]*Berth API listening/);

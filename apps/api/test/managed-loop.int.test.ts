@@ -31,7 +31,8 @@ beforeAll(async () => {
       BILLING_FLUSH_INTERVAL_MS: '200',
       BILLING_LEASE_TTL_MS: '5000',
     }),
-    startEngineSim({ model: 'sim-tools', ttftMs: 1, itlMs: 0 }),
+    // A context long enough that a loop that never finishes meets the wall clock, not the limit.
+    startEngineSim({ model: 'sim-tools', ttftMs: 1, itlMs: 0, maxModelLen: 10_000_000 }),
     startMcpServer({ requireAuthorization: MCP_TOKEN }),
   ]);
   db = await openDatabase({ kind: 'postgres', url: api.db.url, poolSize: 2 });

@@ -51,7 +51,8 @@ describe('provisioning through the API', () => {
     const { data } = await res.json();
     expect(data.find((t: { id: string }) => t.id === 'nvidia-h100-80gb')).toEqual({
       id: 'nvidia-h100-80gb',
-      gpuType: expect.any(String),
+      displayName: 'NVIDIA H100 80GB',
+      gpuType: 'NVIDIA H100 80GB',
       gpuMemoryGiB: 80,
       allowedGpuCounts: [1, 2, 4, 8],
       available: true,

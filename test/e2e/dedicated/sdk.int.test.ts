@@ -103,17 +103,16 @@ describe('calling a dedicated endpoint with the OpenAI SDK', () => {
   });
 
   it('engine errors come back in the dual shape with the engine’s message', async () => {
+    // A request the engine refuses (past its context length): its 400 and message pass through.
     const res = await fetch(`${api.url}/api/d/${small}/chat/completions`, {
       method: 'POST',
       headers: json(acct.inference),
-      body: JSON.stringify({ model: 'not-this-model', messages: [{ role: 'user', content: 'x' }] }),
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'x' }], max_tokens: 10_000_000 }),
     });
-    expect(res.status).toBe(404);
+    expect(res.status).toBe(400);
     const body = await res.json();
-    expect(body.error).toMatchObject({
-      type: 'invalid_request_error',
-      message: 'The model `not-this-model` does not exist.',
-    });
+    expect(body.error).toMatchObject({ type: 'invalid_request_error' });
+    expect(body.error.message).toMatch(/maximum context length/);
     expect(body.message).toBe(body.error.message);
   });
 
