@@ -78,14 +78,11 @@ export interface ApiProcess {
   stop(): Promise<number | null>;
 }
 
-/** `npm start`'s entry point as a separate process (for multi-replica tests). */
-export async function spawnApi(env: Record<string, string>): Promise<ApiProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'apps/api/src/main.ts'], {
-    cwd: root,
-    // The suite's KUBECONFIG is for the tests; an API process gets a cluster only when asked.
-    env: { ...process.env, KUBECONFIG: '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+/**
+ * Collects an API process's stdout and stderr and waits for its "Berth API listening" log line:
+ * its port, and everything it printed so far (and later).
+ */
+export async function listeningPort(child: ChildProcess): Promise<{ port: number; output: () => string }> {
   let out = '';
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
@@ -103,10 +100,22 @@ export async function spawnApi(env: Record<string, string>): Promise<ApiProcess>
       reject(new Error(`API exited with ${code}:\n${out}`));
     });
   });
+  return { port, output: () => out };
+}
+
+/** `npm start`'s entry point as a separate process (for multi-replica tests). */
+export async function spawnApi(env: Record<string, string>): Promise<ApiProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'apps/api/src/main.ts'], {
+    cwd: root,
+    // The suite's KUBECONFIG is for the tests; an API process gets a cluster only when asked.
+    env: { ...process.env, KUBECONFIG: '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const { port, output } = await listeningPort(child);
   return {
     url: `http://127.0.0.1:${port}`,
     child,
-    output: () => out,
+    output,
     stop: () =>
       new Promise((resolve) => {
         if (child.exitCode !== null) return resolve(child.exitCode);

@@ -16,7 +16,7 @@ import {
   loadKubeConfig,
   testNamespace,
 } from '../../cluster/env.ts';
-import { ADMIN_TOKEN, bearer } from '../../support/api.ts';
+import { ADMIN_TOKEN, bearer, listeningPort } from '../../support/api.ts';
 import { eventually } from '../../support/eventually.ts';
 import { startFakeHub } from '../../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../../support/operator.ts';
@@ -66,23 +66,7 @@ async function spawnClockedApi(clock: Record<string, string>): Promise<ClockedAp
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   children.push(child);
-  let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-  const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`API did not start in 60 s:\n${out}`)), 60_000);
-    child.stdout!.on('data', () => {
-      const m = /"port":(\d+)[^\n]*Berth API listening/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve(Number(m[1]));
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`API exited with ${code}:\n${out}`));
-    });
-  });
+  const { port, output } = await listeningPort(child);
   const ask = (m: object) =>
     new Promise<void>((resolve) => {
       child.once('message', () => resolve());
@@ -93,7 +77,7 @@ async function spawnClockedApi(clock: Record<string, string>): Promise<ClockedAp
     child,
     clock: ask,
     send: (job) => ask({ send: job }),
-    output: () => out,
+    output,
   };
 }
 
