@@ -1,94 +1,34 @@
-// Typed calls to the API, same origin, with the session cookie. Hand-written types of the answers
-// the dashboard reads (kept to the fields it uses), checked against the API's OpenAPI document by
-// the browser tests that drive every page.
+// Typed calls to the API, same origin, with the session cookie. Every type below is the API's own
+// answer or request body, taken from its generated OpenAPI types (apps/api/generated/openapi.d.ts,
+// `npm run openapi -w @berth/api`): a change of a route's schema breaks `npm run typecheck` here.
+import type { paths } from '../../api/generated/openapi.d.ts';
 
-export interface SessionInfo {
-  signedIn: boolean;
-  signIn: { available: boolean; label: string | null; development: boolean; url: string };
-  account?: { id: string; name: string };
-  identity?: { issuer: string; subject: string; name: string };
-  csrfToken?: string;
-  newKey?: { id: string; name: string; scope: string; prefix: string; value: string };
-}
+type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
+type JsonOf<R> = R extends { content: { 'application/json': infer T } } ? T : never;
+/** The JSON body of a route's success answer (200, else 201). */
+type Answer<P extends keyof paths, M extends Method> = paths[P][M] extends { responses: infer R }
+  ? JsonOf<200 extends keyof R ? R[200] : 201 extends keyof R ? R[201] : never>
+  : never;
+/** The JSON body a route takes. */
+type Body<P extends keyof paths, M extends Method> = paths[P][M] extends { requestBody?: infer B }
+  ? JsonOf<NonNullable<B>>
+  : never;
 
-export type Scope = 'inference' | 'compute' | 'global';
-export interface ApiKey {
-  id: string;
-  name: string;
-  scope: Scope;
-  prefix: string;
-  pinnedModel: string | null;
-  toolPin: string[];
-  state: 'active' | 'revoked';
-  createdAt: string;
-  lastUsedAt: string | null;
-  revokedAt: string | null;
-}
-export type CreatedKey = ApiKey & { value: string };
-
-export type Status = 'building' | 'up' | 'hibernated' | 'waking' | 'failed';
-export type Label = 'PROVISIONING' | 'ONLINE' | 'SLEEPING' | 'WAKING UP' | 'FAILED';
-export interface Endpoint {
-  id: string;
-  name: string;
-  model: string;
-  hardware: { gpuType: string; gpuCount: number };
-  authMode: 'Private' | 'Public';
-  scaling: { minReplicas: number; maxReplicas: number; idleTimeoutSeconds: number };
-  status: Status;
-  label: Label;
-  reason: string | null;
-  message: string | null;
-  replicas: number;
-  readyReplicas: number;
-  baseUrl: string;
-  createdAt: string | null;
-}
-export interface Hardware {
-  id: string;
-  gpuType: string;
-  gpuMemoryGiB: number;
-  allowedGpuCounts: number[];
-  available: boolean;
-}
-export interface Balance {
-  balance: string;
-  currency: string;
-  paid: boolean;
-  freeQueriesRemaining: number;
-}
-export interface LedgerEntry {
-  id: string;
-  kind: string;
-  amount: string;
-  balanceAfter: string;
-  reference: string | null;
-  createdAt: string;
-}
-export interface UsageRow {
-  day: string;
-  model: string;
-  requests: number;
-  freeRequests: number;
-  promptTokens: number;
-  completionTokens: number;
-  cost: string;
-}
-export interface InvoiceSummary {
-  id: string;
-  periodStart: string;
-  periodEnd: string;
-  currency: string;
-  total: string;
-  issuedAt: string;
-}
-export interface Upcoming {
-  periodStart: string;
-  periodEnd: string;
-  total: string;
-  currency: string;
-  lines: { endpointId: string; gpuType: string; gpuCount: number; hours: string; amount: string }[];
-}
+export type SessionInfo = Answer<'/auth/session', 'get'>;
+export type ApiKey = Answer<'/api/keys', 'get'>['data'][number];
+export type CreatedKey = Answer<'/api/keys', 'post'>;
+export type Scope = ApiKey['scope'];
+export type Endpoint = Answer<'/api/endpoints/{id}', 'get'>;
+export type Status = Endpoint['status'];
+export type Label = Endpoint['label'];
+export type Hardware = Answer<'/api/hardware', 'get'>['data'][number];
+export type Balance = Answer<'/api/billing/balance', 'get'>;
+export type LedgerEntry = Answer<'/api/billing/ledger', 'get'>['data'][number];
+export type UsageRow = Answer<'/api/billing/usage', 'get'>['data'][number];
+export type Invoices = Answer<'/api/billing/invoices', 'get'>;
+export type InvoiceSummary = Invoices['data'][number];
+export type Upcoming = Invoices['upcoming'];
+export type Tool = Answer<'/api/tools', 'get'>['data'][number];
 
 /** An error answer of the API, with its message as the user should read it. */
 export class ApiFailure extends Error {
@@ -124,7 +64,8 @@ export async function call(path: string, init: RequestInit = {}): Promise<Respon
   const headers = new Headers(init.headers);
   if (init.body !== undefined) headers.set('content-type', 'application/json');
   if (init.method && init.method !== 'GET') headers.set('x-csrf-token', csrfToken);
-  const res = await fetch(path, { ...init, headers, credentials: 'same-origin' });
+  // Live data: never from the browser's HTTP cache.
+  const res = await fetch(path, { cache: 'no-store', ...init, headers, credentials: 'same-origin' });
   if (!res.ok) throw await failure(res);
   return res;
 }
@@ -139,37 +80,28 @@ const send = (method: string, body?: unknown): RequestInit => ({
 export const api = {
   session: () => json<SessionInfo>('/auth/session'),
   logout: () => call('/auth/logout', send('POST')),
-  keys: () => json<{ data: ApiKey[] }>('/api/keys'),
-  createKey: (body: { name: string; scope: Scope; pinnedModel?: string; toolPin?: string[] }) =>
-    json<CreatedKey>('/api/keys', send('POST', body)),
-  revokeKey: (id: string) => json<ApiKey>(`/api/keys/${encodeURIComponent(id)}`, send('DELETE')),
-  endpoints: () => json<{ data: Endpoint[] }>('/api/endpoints'),
+  keys: () => json<Answer<'/api/keys', 'get'>>('/api/keys'),
+  createKey: (body: Body<'/api/keys', 'post'>) => json<CreatedKey>('/api/keys', send('POST', body)),
+  revokeKey: (id: string) =>
+    json<Answer<'/api/keys/{id}', 'delete'>>(`/api/keys/${encodeURIComponent(id)}`, send('DELETE')),
+  endpoints: () => json<Answer<'/api/endpoints', 'get'>>('/api/endpoints'),
   endpoint: (id: string) => json<Endpoint>(`/api/endpoints/${encodeURIComponent(id)}`),
-  createEndpoint: (body: {
-    name?: string;
-    model: string;
-    hardware: { gpuType: string; gpuCount: number };
-    authMode: 'Private' | 'Public';
-    scaling: { minReplicas: number; maxReplicas: number; idleTimeoutSeconds: number };
-  }) => json<Endpoint>('/api/endpoints', send('POST', body)),
+  createEndpoint: (body: Body<'/api/endpoints', 'post'>) =>
+    json<Answer<'/api/endpoints', 'post'>>('/api/endpoints', send('POST', body)),
   wake: (id: string) => call(`/api/endpoints/${encodeURIComponent(id)}/wake`, send('POST')),
   terminate: (id: string) => call(`/api/endpoints/${encodeURIComponent(id)}`, send('DELETE')),
   logs: (id: string, signal: AbortSignal) =>
     call(`/api/endpoints/${encodeURIComponent(id)}/logs?follow=true`, { signal }),
-  hardware: () => json<{ data: Hardware[] }>('/api/hardware'),
-  models: () => json<{ data: { id: string }[] }>('/api/models'),
+  hardware: () => json<Answer<'/api/hardware', 'get'>>('/api/hardware'),
+  models: () => json<Answer<'/api/models', 'get'>>('/api/models'),
   balance: () => json<Balance>('/api/billing/balance'),
-  ledger: () => json<{ data: LedgerEntry[] }>('/api/billing/ledger?limit=20'),
-  usage: () => json<{ data: UsageRow[]; currency: string }>('/api/billing/usage'),
-  invoices: () => json<{ data: InvoiceSummary[]; upcoming: Upcoming }>('/api/billing/invoices'),
-  /** Managed tools (issue 14): null while the API has no such route. */
-  async tools(): Promise<{ id: string; name?: string; enabled?: boolean }[] | null> {
-    const res = await fetch('/api/tools', { credentials: 'same-origin' });
-    if (res.status === 404) return null;
-    if (!res.ok) throw await failure(res);
-    const body = (await res.json()) as { data?: { id: string; name?: string; enabled?: boolean }[] };
-    return body.data ?? [];
-  },
+  ledger: () => json<Answer<'/api/billing/ledger', 'get'>>('/api/billing/ledger?limit=20'),
+  usage: () => json<Answer<'/api/billing/usage', 'get'>>('/api/billing/usage'),
+  invoices: () => json<Invoices>('/api/billing/invoices'),
+  tools: () => json<Answer<'/api/tools', 'get'>>('/api/tools'),
+  enableTool: (toolId: Body<'/api/tools', 'post'>['tool_id']) =>
+    call('/api/tools', send('POST', { tool_id: toolId })),
+  disableTool: (toolId: string) => call(`/api/tools/${encodeURIComponent(toolId)}`, send('DELETE')),
   /** A streamed chat completion (SSE): calls `onToken` for every piece of content. */
   async chat(
     target: { endpointId?: string; model: string },
