@@ -24,7 +24,13 @@ export interface Database {
 
 export async function openDatabase(options: DbOptions): Promise<Database> {
   if (options.kind === 'postgres') {
-    const adapter = new PrismaPg({ connectionString: options.url, max: options.poolSize ?? 10 });
+    // A bounded connect: with the server gone (a host down, a dropped route), queries fail within
+    // seconds (the API answers 503) instead of waiting on TCP's own timeout.
+    const adapter = new PrismaPg({
+      connectionString: options.url,
+      max: options.poolSize ?? 10,
+      connectionTimeoutMillis: 5_000,
+    });
     const prisma = new PrismaClient({ adapter });
     return { kind: 'postgres', prisma, adapter, close: () => prisma.$disconnect() };
   }
@@ -48,6 +54,9 @@ export async function openDatabase(options: DbOptions): Promise<Database> {
 export async function openMigratedDatabase(options: DbOptions): Promise<Database & { applied: string[] }> {
   const db = await openDatabase(options);
   try {
+    // First a plain query: a server that is down or a database that does not exist fails here with
+    // the driver adapter's classified error (the schema engine's own carries only a message).
+    await db.prisma.$queryRaw`SELECT 1`;
     const applied = await applyMigrations(db.adapter);
     return Object.assign(db, { applied });
   } catch (err) {

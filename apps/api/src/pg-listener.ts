@@ -26,7 +26,11 @@ export async function pgListener(options: {
   let backoff = 250;
 
   const connect = async () => {
-    const c = new pg.Client({ connectionString: options.url, application_name: options.applicationName });
+    const c = new pg.Client({
+      connectionString: options.url,
+      application_name: options.applicationName,
+      connectionTimeoutMillis: 5_000,
+    });
     c.on('error', (err) => lost(c, err));
     c.on('end', () => lost(c));
     c.on('notification', (msg) => options.onNotification(msg, c));

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { databaseUnavailable, lastLine } from '../db-unavailable.ts';
 import type { Routes } from '../http/routes.ts';
 import type { ApiMetrics } from '../metrics.ts';
 import type { HealthRepository } from '../repositories/keys.ts';
@@ -48,7 +49,7 @@ export function registerHealthRoutes(
         await deps.health.ping();
         checks.database = 'ok';
       } catch (err) {
-        checks.database = (err as Error).message.split('\n')[0] ?? 'failed';
+        checks.database = databaseUnavailable(err) ?? lastLine(err);
       }
       if (deps.lifecycle.shuttingDown) checks.shutdown = 'shutting down';
       const ready = Object.values(checks).every((v) => v === 'ok');
