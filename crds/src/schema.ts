@@ -140,6 +140,20 @@ export const EngineSpecSchema = z.object({
     .describe('Annotations copied onto the engine pods (e.g. simulator behaviour hooks)'),
 });
 
+/** How the API spreads an endpoint's calls over its Ready replicas. */
+export const RoutingStrategySchema = z.enum(['roundRobin', 'leastLoad', 'prefixAffinity'], {
+  error: 'must be "roundRobin", "leastLoad" or "prefixAffinity"',
+});
+export type RoutingStrategy = z.infer<typeof RoutingStrategySchema>;
+/** The strategy of an endpoint whose spec names none (chosen by `npm run bench routing`). */
+export const DEFAULT_ROUTING_STRATEGY: RoutingStrategy = 'prefixAffinity';
+
+export const RoutingSpecSchema = z.object({
+  strategy: RoutingStrategySchema.optional().describe(
+    'roundRobin: in turn; leastLoad: fewest requests in flight; prefixAffinity (default): calls whose prompts start alike go to the same replica (its prefix cache), on consistent hashing with a load bound',
+  ),
+});
+
 export const DedicatedEndpointSpecSchema = z.object({
   account: z
     .string()
@@ -154,6 +168,7 @@ export const DedicatedEndpointSpecSchema = z.object({
   authMode: AuthModeSchema.default('Private').describe('Public endpoints need no API key'),
   scaling: ScalingSpecSchema.default({ minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900 }),
   engine: EngineSpecSchema.optional(),
+  routing: RoutingSpecSchema.optional().describe('Replica choice for calls through the API'),
 });
 
 export const PhaseSchema = z.enum(['building', 'up', 'hibernated', 'waking', 'failed']);

@@ -10,12 +10,12 @@ import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { pipeline } from 'node:stream/promises';
 import { request } from 'undici';
-import type { Phase } from '@berth/crds';
+import type { Phase, RoutingStrategy } from '@berth/crds';
 // The proxy's HTTP client settings, shared with the baseline (this module imports only undici).
 import { proxyAgent } from '../../apps/api/src/proxy/agent.ts';
 
 export type Command =
-  | { type: 'endpoint'; account: string; phase: Phase }
+  | { type: 'endpoint'; account: string; phase: Phase; routing?: RoutingStrategy }
   | { type: 'addresses'; addresses: string[] }
   | { type: 'inflight' }
   | { type: 'stats' };
@@ -111,7 +111,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     server,
     handle(c) {
       if (c.type === 'endpoint') {
-        runtime.setEndpoint(c.account, c.phase);
+        runtime.setEndpoint(c.account, c.phase, c.routing);
         send({ type: 'ok' });
       } else if (c.type === 'addresses') {
         const at = now();

@@ -29,14 +29,16 @@ const serverScript = fileURLToPath(new URL('./proxy-server.ts', import.meta.url)
  * this tree's in the same rounds: before/after figures measured under the same load.
  */
 const BASELINE = process.env.BENCH_PROXY_BASELINE;
-const ADMIN_TOKEN = 'bench-admin-token-0123456789';
+export const ADMIN_TOKEN = 'bench-admin-token-0123456789';
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const LAT_N = env('BENCH_PROXY_REQUESTS', 3000);
 const TTFB_N = env('BENCH_PROXY_STREAMS', 2000);
 const CPU_N = env('BENCH_PROXY_CPU_REQUESTS', 6000);
 const CHUNK_STREAMS = env('BENCH_PROXY_CPU_STREAMS', 192);
 const HELD = env('BENCH_PROXY_HELD', 1000);
-const CPU_CONCURRENCY = 16;
+export const CPU_CONCURRENCY = 16;
+/** The model the benchmark endpoints serve (the API answers 400 to calls naming another). */
+export const BENCH_MODEL = 'berth/bench';
 const CHUNK_TOKENS = 256;
 
 // ---------------------------------------------------------------- processes
@@ -44,7 +46,7 @@ const CHUNK_TOKENS = 256;
 type Sim = SpawnedEngineSim;
 const startSim = (args: string[]) => spawnEngineSim(args);
 
-async function stop(child: ChildProcess): Promise<void> {
+export async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGTERM');
@@ -52,7 +54,7 @@ async function stop(child: ChildProcess): Promise<void> {
   if (child.exitCode === null) child.kill('SIGKILL');
 }
 
-class Proxy {
+export class Proxy {
   private waiting: ((m: Reply) => void)[] = [];
   private constructor(
     readonly name: string,
@@ -76,7 +78,7 @@ class Proxy {
       stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     });
     const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${mode} did not start in 60 s`)), 60_000);
+      const timer = setTimeout(() => reject(new Error(`${mode} did not start in 120 s`)), 120_000);
       child.once('message', (m: Reply) => {
         clearTimeout(timer);
         if (m.type === 'listening') resolve(m.port);
@@ -124,7 +126,7 @@ class Proxy {
 
 // ---------------------------------------------------------------- requests
 
-interface Target {
+export interface Target {
   name: string;
   /** Base of the OpenAI routes: `<sim>/v1`, `<bare>/api/d/<id>`, `<berth>/api/d/<id>`. */
   base: string;
@@ -135,7 +137,7 @@ interface Target {
   many: Agent;
 }
 
-function target(name: string, base: string, headers: Record<string, string> = {}): Target {
+export function target(name: string, base: string, headers: Record<string, string> = {}): Target {
   return {
     name,
     base,
@@ -147,7 +149,7 @@ function target(name: string, base: string, headers: Record<string, string> = {}
 
 function chat(tokens: number, stream: boolean, i: number): string {
   return JSON.stringify({
-    model: 'bench',
+    model: BENCH_MODEL,
     messages: [{ role: 'user', content: `benchmark request number ${i}` }],
     max_tokens: tokens,
     ignore_eos: true,
@@ -207,7 +209,7 @@ async function call(t: Target, body: string, opts: { stream: boolean; agent: Age
   }
 }
 
-async function sequential(t: Target, n: number, stream: boolean, tokens: number): Promise<number[]> {
+export async function sequential(t: Target, n: number, stream: boolean, tokens: number): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
     const s = await call(t, chat(tokens, stream, i), { stream, agent: t.single });
@@ -217,7 +219,7 @@ async function sequential(t: Target, n: number, stream: boolean, tokens: number)
   return out;
 }
 
-async function concurrent(
+export async function concurrent(
   t: Target,
   n: number,
   parallel: number,
@@ -242,19 +244,19 @@ async function concurrent(
 
 // ---------------------------------------------------------------- formatting
 
-const f = (x: number, d = 3) => x.toFixed(d);
-const signed = (x: number, d = 3) => (x >= 0 ? '+' : '−') + Math.abs(x).toFixed(d);
+export const f = (x: number, d = 3) => x.toFixed(d);
+export const signed = (x: number, d = 3) => (x >= 0 ? '+' : '−') + Math.abs(x).toFixed(d);
 const mib = (bytes: number) => bytes / 1048576;
 const openFilesLimit = () =>
   /Max open files\s+(\d+)/.exec(readFileSync('/proc/self/limits', 'utf8'))?.[1] ?? 'unknown';
-const verdict = (ok: boolean, over: number, unit: string) =>
+export const verdict = (ok: boolean, over: number, unit: string) =>
   ok
     ? '**met**'
     : `**not met** (by ${f(over, unit === '×' ? 2 : unit === 'ms' && over >= 10 ? 0 : 3)}${unit === '×' ? '' : ' '}${unit})`;
 
 // ---------------------------------------------------------------- the benchmark
 
-async function newKey(berth: Proxy): Promise<{ account: string; key: string }> {
+export async function newKey(berth: { url: string }): Promise<{ account: string; key: string }> {
   const res = await request(`${berth.url}/admin/accounts`, {
     method: 'POST',
     headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
@@ -281,7 +283,7 @@ class Context {
   constructor(readonly db: { url: string }) {}
 
   async sim(args: string[]): Promise<Sim> {
-    const sim = await startSim([...args, '--max-num-seqs', '4096']);
+    const sim = await startSim([...args, '--served-model-name', BENCH_MODEL, '--max-num-seqs', '4096']);
     this.children.push(sim.child);
     return sim;
   }

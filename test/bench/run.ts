@@ -4,6 +4,8 @@ import { benchAuth } from './auth.ts';
 import { benchBilling } from './billing.ts';
 import { benchOlympus } from './olympus.ts';
 import { benchProxy } from './proxy.ts';
+import { benchProxyShipped } from './proxy-shipped.ts';
+import { benchRouting } from './routing.ts';
 
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
@@ -14,6 +16,8 @@ const benches: Record<string, () => Promise<string>> = {
   'proxy-cpu': () => benchProxy(['cpu']),
   'proxy-streams': () => benchProxy(['streams']),
   'proxy-wake': () => benchProxy(['wake']),
+  'proxy-shipped': benchProxyShipped,
+  routing: benchRouting,
 };
 
 const names = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(benches);

@@ -21,8 +21,11 @@ export let api: TestApi;
 export let acct: Awaited<ReturnType<TestApi['newAccount']>>;
 export let other: Awaited<ReturnType<TestApi['newAccount']>>;
 
-/** Registers the hooks that build the world before the file's tests and tear it down after. */
-export function useDedicatedEndpoints(): void {
+/**
+ * Registers the hooks that build the world before the file's tests and tear it down after; `env` adds
+ * to the API's configuration (e.g. the dashboard's development identity provider).
+ */
+export function useDedicatedEndpoints(env: Record<string, string> = {}): void {
   beforeAll(async () => {
     await installCrd();
     ns = await testNamespace('e2e-proxy');
@@ -37,6 +40,7 @@ export function useDedicatedEndpoints(): void {
       PUBLIC_RATE_LIMIT_PER_CLIENT: '4',
       WAKE_HOLD_TIMEOUT_MS: '90000',
       USAGE_FLUSH_INTERVAL_MS: '60000',
+      ...env,
     });
     acct = await api.newAccount();
     other = await api.newAccount();

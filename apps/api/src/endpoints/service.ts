@@ -25,6 +25,8 @@ export interface NewEndpoint {
   hardware: DedicatedEndpointSpecInput['hardware'];
   authMode: NonNullable<DedicatedEndpointSpecInput['authMode']>;
   scaling: NonNullable<DedicatedEndpointSpecInput['scaling']>;
+  /** Omitted: the current one (PUT of an existing endpoint), else the default. */
+  routing?: NonNullable<DedicatedEndpointSpecInput['routing']>;
 }
 
 /** PATCH: any of the fields that change in place (a missing field keeps its value). */
@@ -36,6 +38,7 @@ export interface EndpointChange {
   hardware?: Partial<DedicatedEndpointSpecInput['hardware']>;
   authMode?: NonNullable<DedicatedEndpointSpecInput['authMode']>;
   scaling?: Partial<NonNullable<DedicatedEndpointSpecInput['scaling']>>;
+  routing?: NonNullable<DedicatedEndpointSpecInput['routing']>;
 }
 
 export interface WriteOptions {
@@ -111,6 +114,9 @@ export function endpointService(deps: {
     hardware: { gpuType: input.hardware.gpuType, gpuCount: input.hardware.gpuCount },
     authMode: input.authMode,
     scaling: input.scaling,
+    ...((input.routing ?? current?.spec.routing)
+      ? { routing: { ...current?.spec.routing, ...input.routing } }
+      : {}),
     // Engine overrides come from kubectl manifests only; the API keeps them.
     ...(current?.spec.engine ? { engine: current.spec.engine } : {}),
   });
@@ -210,6 +216,7 @@ export function endpointService(deps: {
           hardware: { ...s.hardware, ...patch.hardware },
           authMode: patch.authMode ?? s.authMode,
           scaling,
+          ...(patch.routing ? { routing: patch.routing } : {}),
         },
         options,
       );

@@ -10,8 +10,8 @@
 //   `acquire` resolves at once with a lease whose `next()` returns that base URL (and whose `release()`
 //   counts down whatever it counts against a capacity). An Elastic catalog entry with several backends
 //   of either kind is one more Upstream that resolves the entry to one of them and delegates.
-// - Smarter replica choice (least load corrected by the engines' own queue metrics, prefix affinity)
-//   is a `ReplicaPicker` (./replicas.ts) given to the platform upstream: the call and its outcomes stay.
+// - Replica choice is a `ReplicaPicker` (./replicas.ts), one per routing strategy; the endpoint's
+//   `spec.routing.strategy` names it and the call's affinity key (./affinity.ts) feeds prefixAffinity.
 
 import type { DedicatedEndpoint } from '@berth/crds';
 
@@ -31,6 +31,8 @@ export interface AcquireOptions {
   hold: number;
   /** Ends a hold early: the client went away, its key was revoked, or the wall-clock limit passed. */
   signal: AbortSignal;
+  /** The call's affinity key (./affinity.ts) for the prefixAffinity strategy; absent: none. */
+  key?: number;
 }
 
 /** Why no upstream was given. Each is a value, not an error: the route decides what the caller sees. */

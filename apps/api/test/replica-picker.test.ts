@@ -1,0 +1,187 @@
+// The replica pickers of the routing strategies: how keys spread over the ring, that a conversation
+// sticks to its replica, that the load bound spills a hot prefix over, what moves when a replica goes
+// away, and that a pick allocates nothing. Plus the affinity key a request body gets.
+import { GCProfiler } from 'node:v8';
+import { describe, expect, it } from 'vitest';
+import { affinityKey } from '../src/upstream/affinity.ts';
+import {
+  hashString,
+  LOAD_BOUND,
+  NO_KEY,
+  PICKERS,
+  prefixAffinity,
+  ReplicaTable,
+  roundRobin,
+  type ReplicaSet,
+} from '../src/upstream/replicas.ts';
+
+function replicaSet(n: number): { set: ReplicaSet; table: ReplicaTable; list: string[] } {
+  const list = Array.from({ length: n }, (_, i) => `http://10.0.0.${i + 1}:8000`);
+  const table = new ReplicaTable(() => list, '/v1');
+  return { set: table.of('e'), table, list };
+}
+
+/** Deterministic keys, as a stream of distinct prompts would give. */
+const keys = (count: number, tag = 'conversation') =>
+  Array.from({ length: count }, (_, i) => hashString(`${tag} ${i}`));
+
+describe('prefixAffinity', () => {
+  it('spreads distinct keys evenly over the replicas (idle replicas, 20,000 keys)', () => {
+    for (const n of [2, 4, 8]) {
+      const { set } = replicaSet(n);
+      const counts = new Map<string, number>();
+      for (const k of keys(20_000)) {
+        const r = prefixAffinity(set, undefined, k);
+        counts.set(r.address, (counts.get(r.address) ?? 0) + 1);
+      }
+      expect(counts.size).toBe(n);
+      const mean = 20_000 / n;
+      for (const c of counts.values()) {
+        expect(c / mean, `${n} replicas: ${[...counts.values()].join(', ')}`).toBeGreaterThan(0.8);
+        expect(c / mean).toBeLessThan(1.2);
+      }
+    }
+  });
+
+  it('sends every call with the same key to the same replica while loads allow', () => {
+    const { set } = replicaSet(4);
+    for (const k of keys(200)) {
+      const first = prefixAffinity(set, undefined, k);
+      const others = set.replicas.filter((r) => r !== first);
+      for (let i = 0; i < 6; i++) {
+        // calls in flight elsewhere do not move it, nor do its own up to the bound
+        others[i % 3]!.inFlight++;
+        if (i % 2) first.inFlight++;
+        expect(prefixAffinity(set, undefined, k)).toBe(first);
+      }
+      for (const r of set.replicas) r.inFlight = 0;
+    }
+  });
+
+  it('bounds the load: one hot prefix spills over, no replica past ceil(1.25 × mean)', () => {
+    const { set } = replicaSet(4);
+    const hot = hashString('the same system prompt and question');
+    const home = prefixAffinity(set, undefined, hot);
+    for (let total = 0; total < 400; total++) {
+      const r = prefixAffinity(set, undefined, hot);
+      r.inFlight++;
+      const bound = Math.ceil((LOAD_BOUND * (total + 1)) / 4);
+      for (const x of set.replicas) expect(x.inFlight).toBeLessThanOrEqual(bound);
+    }
+    // the key's own replica took the most; the others share the spill
+    const loads = set.replicas.map((r) => r.inFlight);
+    expect(home.inFlight).toBe(Math.max(...loads));
+    expect(Math.max(...loads) / (400 / 4)).toBeLessThanOrEqual(LOAD_BOUND);
+    expect(Math.min(...loads)).toBeGreaterThan(0);
+  });
+
+  it('a retry avoids the replica that failed; a lone replica is still given', () => {
+    const { set } = replicaSet(3);
+    for (const k of keys(100)) {
+      const first = prefixAffinity(set, undefined, k);
+      expect(prefixAffinity(set, first, k)).not.toBe(first);
+    }
+    const one = replicaSet(1).set;
+    expect(prefixAffinity(one, one.replicas[0], 7)).toBe(one.replicas[0]);
+  });
+
+  it('when a replica goes away only its keys move; in-flight counts survive the change', () => {
+    let list: readonly string[] = ['http://a:8000', 'http://b:8000', 'http://c:8000', 'http://d:8000'];
+    const table = new ReplicaTable(() => list, '/v1');
+    const ks = keys(2_000);
+    const before = ks.map((k) => prefixAffinity(table.of('e'), undefined, k).address);
+    table.of('e').replicas[0]!.inFlight = 1;
+    list = list.filter((a) => a !== 'http://c:8000'); // the Backends give a new array on a change
+    const after = table.of('e');
+    expect(after.replicas.map((r) => [r.address, r.inFlight])).toEqual([
+      ['http://a:8000/v1', 1],
+      ['http://b:8000/v1', 0],
+      ['http://d:8000/v1', 0],
+    ]);
+    after.replicas[0]!.inFlight = 0;
+    let moved = 0;
+    ks.forEach((k, i) => {
+      const now = prefixAffinity(after, undefined, k).address;
+      if (before[i] === 'http://c:8000/v1') moved++;
+      else expect(now).toBe(before[i]);
+    });
+    expect(moved).toBeGreaterThan(300); // about a quarter of the keys lived there
+  });
+
+  it('without a key it picks by least load', () => {
+    const { set } = replicaSet(3);
+    set.replicas[0]!.inFlight = 2;
+    set.replicas[1]!.inFlight = 1;
+    expect(prefixAffinity(set, undefined, NO_KEY)).toBe(set.replicas[2]);
+  });
+
+  it('allocates nothing per pick (no garbage collection over 4,000,000 picks)', () => {
+    const { set } = replicaSet(4);
+    const ks = Uint32Array.from(keys(1024));
+    prefixAffinity(set, undefined, ks[0]!); // builds the ring
+    for (const strategy of ['prefixAffinity', 'leastLoad', 'roundRobin'] as const) {
+      const pick = PICKERS[strategy];
+      for (let i = 0; i < 300_000; i++) pick(set, undefined, ks[i & 1023]!); // warm (JIT)
+      const profiler = new GCProfiler();
+      profiler.start();
+      // 8 bytes a pick would be 32 MB: about 8 scavenges of the young generation (one may come
+      // from the compiler itself, optimizing the loop while it runs)
+      for (let i = 0; i < 4_000_000; i++) {
+        const r = pick(set, undefined, ks[i & 1023]!);
+        r.inFlight++;
+        if (r.inFlight > 3) r.inFlight = 0;
+      }
+      const { statistics } = profiler.stop();
+      expect(statistics.length, strategy).toBeLessThanOrEqual(1);
+    }
+  });
+});
+
+describe('roundRobin', () => {
+  it('takes the replicas in turn and skips the failed one on a retry', () => {
+    const { set } = replicaSet(3);
+    set.replicas[0]!.inFlight = 5; // load does not matter
+    const picks = Array.from({ length: 6 }, () => roundRobin(set, undefined, NO_KEY).address.slice(7, 15));
+    expect(picks).toEqual(['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.1', '10.0.0.2', '10.0.0.3']);
+    expect(roundRobin(set, set.replicas[0], NO_KEY)).not.toBe(set.replicas[0]);
+  });
+});
+
+describe('affinityKey', () => {
+  const system = { role: 'system', content: 'You are a helpful assistant. '.repeat(40) };
+
+  it('is the same for every turn of a conversation', () => {
+    const turn1 = [system, { role: 'user', content: 'Plan a trip to Lisbon.' }];
+    const turn3 = [
+      ...turn1,
+      { role: 'assistant', content: 'Day one: …' },
+      { role: 'user', content: 'And day two?' },
+      { role: 'assistant', content: 'Day two: …' },
+      { role: 'user', content: 'Cheaper?' },
+    ];
+    expect(affinityKey({ messages: turn1 })).toBe(affinityKey({ messages: turn3 }));
+    expect(affinityKey({ messages: turn1 })).not.toBe(NO_KEY);
+  });
+
+  it('differs between conversations that share only the system prompt, or only the question', () => {
+    const a = affinityKey({ messages: [system, { role: 'user', content: 'Plan a trip to Lisbon.' }] });
+    const b = affinityKey({ messages: [system, { role: 'user', content: 'Plan a trip to Porto.' }] });
+    const c = affinityKey({ messages: [{ role: 'user', content: 'Plan a trip to Lisbon.' }] });
+    expect(new Set([a, b, c]).size).toBe(3);
+  });
+
+  it('reads text parts, completion prompts and Responses input; NO_KEY without a prompt', () => {
+    const parts = affinityKey({
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hello there' }] }],
+    });
+    expect(parts).toBe(affinityKey({ messages: [{ role: 'user', content: 'hello there' }] }));
+    const long = 'x'.repeat(300);
+    expect(affinityKey({ prompt: long + 'a' })).toBe(affinityKey({ prompt: long + 'b' }));
+    expect(affinityKey({ prompt: ['p1', 'p2'] })).toBe(affinityKey({ prompt: 'p1' }));
+    expect(affinityKey({ input: 'hi' })).not.toBe(affinityKey({ input: 'hi', instructions: 'Be brief.' }));
+    expect(affinityKey({ input: [{ role: 'user', content: 'hi' }] })).not.toBe(NO_KEY);
+    expect(affinityKey({ model: 'm' })).toBe(NO_KEY);
+    expect(affinityKey({ messages: [] })).toBe(NO_KEY);
+    expect(affinityKey(undefined)).toBe(NO_KEY);
+  });
+});
