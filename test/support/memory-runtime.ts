@@ -1,15 +1,15 @@
 // An in-memory endpoint runtime for benchmarks and proxy tests: one DedicatedEndpoint object and a
 // Backends whose addresses the caller sets — the API's ports, with no Kubernetes behind them. The
 // API's own platform upstream (wake, hold, activity, replica choice) is built on top as in server.ts.
-import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
+import { API_VERSION, KIND, type DedicatedEndpoint, type Phase, type RoutingStrategy } from '@berth/crds';
 import { Listeners } from '@berth/operator';
 import type { Backends, EndpointRuntime, Endpoints } from '@berth/api';
 
 export const BENCH_ENDPOINT_ID = 'endpt-bench0001';
 
 export interface MemoryRuntime extends EndpointRuntime {
-  /** Replaces the endpoint (its owner and phase). */
-  setEndpoint(account: string, phase: Phase): void;
+  /** Replaces the endpoint (its owner, phase and, optionally, routing strategy). */
+  setEndpoint(account: string, phase: Phase, routing?: RoutingStrategy): void;
   /** Sets the ready replica addresses and notifies watchers (the "readiness" moment). */
   setAddresses(addresses: readonly string[]): void;
   /** Wake annotations written (the store's annotate calls carrying a wake request). */
@@ -60,7 +60,7 @@ export function memoryRuntime(): MemoryRuntime {
     get annotations() {
       return annotations;
     },
-    setEndpoint(account, phase) {
+    setEndpoint(account, phase, routing) {
       const now = new Date().toISOString();
       endpoint = {
         apiVersion: API_VERSION,
@@ -72,6 +72,7 @@ export function memoryRuntime(): MemoryRuntime {
           hardware: { gpuType: 'bench', gpuCount: 1 },
           authMode: 'Private',
           scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900 },
+          ...(routing ? { routing: { strategy: routing } } : {}),
         },
         status: { phase, ...(phase === 'hibernated' ? { hibernatedAt: now } : { upSince: now }) },
       };

@@ -4098,6 +4098,10 @@ export interface operations {
                                 maxReplicas: number;
                                 idleTimeoutSeconds: number;
                             };
+                            routing: {
+                                /** @enum {string} */
+                                strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                            };
                             /** @enum {string} */
                             status: "building" | "up" | "hibernated" | "waking" | "failed";
                             /**
@@ -4105,6 +4109,8 @@ export interface operations {
                              * @enum {string}
                              */
                             label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                            /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                            terminating: boolean;
                             reason: string | null;
                             message: string | null;
                             replicas: number;
@@ -4196,6 +4202,14 @@ export interface operations {
                          */
                         idleTimeoutSeconds?: number;
                     };
+                    /** @description How calls spread over the replicas; omitted: `prefixAffinity` (PUT: keeps the current one) */
+                    routing?: {
+                        /**
+                         * @description roundRobin: in turn; leastLoad: fewest requests in flight; prefixAffinity (default): calls whose prompts start alike go to the same replica (its prefix cache), on consistent hashing with a load bound
+                         * @enum {string}
+                         */
+                        strategy?: "roundRobin" | "leastLoad" | "prefixAffinity";
+                    };
                 };
             };
         };
@@ -4227,6 +4241,10 @@ export interface operations {
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
                         };
+                        routing: {
+                            /** @enum {string} */
+                            strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                        };
                         /** @enum {string} */
                         status: "building" | "up" | "hibernated" | "waking" | "failed";
                         /**
@@ -4234,6 +4252,8 @@ export interface operations {
                          * @enum {string}
                          */
                         label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                        /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                        terminating: boolean;
                         reason: string | null;
                         message: string | null;
                         replicas: number;
@@ -4325,6 +4345,10 @@ export interface operations {
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
                         };
+                        routing: {
+                            /** @enum {string} */
+                            strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                        };
                         /** @enum {string} */
                         status: "building" | "up" | "hibernated" | "waking" | "failed";
                         /**
@@ -4332,6 +4356,8 @@ export interface operations {
                          * @enum {string}
                          */
                         label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                        /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                        terminating: boolean;
                         reason: string | null;
                         message: string | null;
                         replicas: number;
@@ -4436,6 +4462,14 @@ export interface operations {
                          */
                         idleTimeoutSeconds?: number;
                     };
+                    /** @description How calls spread over the replicas; omitted: `prefixAffinity` (PUT: keeps the current one) */
+                    routing?: {
+                        /**
+                         * @description roundRobin: in turn; leastLoad: fewest requests in flight; prefixAffinity (default): calls whose prompts start alike go to the same replica (its prefix cache), on consistent hashing with a load bound
+                         * @enum {string}
+                         */
+                        strategy?: "roundRobin" | "leastLoad" | "prefixAffinity";
+                    };
                 };
             };
         };
@@ -4467,6 +4501,10 @@ export interface operations {
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
                         };
+                        routing: {
+                            /** @enum {string} */
+                            strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                        };
                         /** @enum {string} */
                         status: "building" | "up" | "hibernated" | "waking" | "failed";
                         /**
@@ -4474,6 +4512,8 @@ export interface operations {
                          * @enum {string}
                          */
                         label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                        /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                        terminating: boolean;
                         reason: string | null;
                         message: string | null;
                         replicas: number;
@@ -4516,6 +4556,10 @@ export interface operations {
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
                         };
+                        routing: {
+                            /** @enum {string} */
+                            strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                        };
                         /** @enum {string} */
                         status: "building" | "up" | "hibernated" | "waking" | "failed";
                         /**
@@ -4523,6 +4567,8 @@ export interface operations {
                          * @enum {string}
                          */
                         label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                        /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                        terminating: boolean;
                         reason: string | null;
                         message: string | null;
                         replicas: number;
@@ -4683,6 +4729,13 @@ export interface operations {
                         maxReplicas?: number;
                         idleTimeoutSeconds?: number;
                     };
+                    routing?: {
+                        /**
+                         * @description roundRobin: in turn; leastLoad: fewest requests in flight; prefixAffinity (default): calls whose prompts start alike go to the same replica (its prefix cache), on consistent hashing with a load bound
+                         * @enum {string}
+                         */
+                        strategy?: "roundRobin" | "leastLoad" | "prefixAffinity";
+                    };
                 };
             };
         };
@@ -4714,6 +4767,10 @@ export interface operations {
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
                         };
+                        routing: {
+                            /** @enum {string} */
+                            strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                        };
                         /** @enum {string} */
                         status: "building" | "up" | "hibernated" | "waking" | "failed";
                         /**
@@ -4721,6 +4778,8 @@ export interface operations {
                          * @enum {string}
                          */
                         label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                        /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                        terminating: boolean;
                         reason: string | null;
                         message: string | null;
                         replicas: number;
@@ -4836,6 +4895,10 @@ export interface operations {
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
                         };
+                        routing: {
+                            /** @enum {string} */
+                            strategy: "roundRobin" | "leastLoad" | "prefixAffinity";
+                        };
                         /** @enum {string} */
                         status: "building" | "up" | "hibernated" | "waking" | "failed";
                         /**
@@ -4843,6 +4906,8 @@ export interface operations {
                          * @enum {string}
                          */
                         label: "PROVISIONING" | "ONLINE" | "SLEEPING" | "WAKING UP" | "FAILED";
+                        /** @description DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value */
+                        terminating: boolean;
                         reason: string | null;
                         message: string | null;
                         replicas: number;

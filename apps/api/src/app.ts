@@ -115,6 +115,7 @@ export function createApp(deps: AppDeps): express.Express {
       res.type('application/json').send(document);
     },
   );
+  opsRoutes.refuseOtherMethods();
   app.use(ops);
 
   const admin = express.Router();
@@ -124,6 +125,7 @@ export function createApp(deps: AppDeps): express.Express {
   if (deps.billing) registerBillingAdminRoutes(adminRoutes, { billing: deps.billing });
   if (deps.tools) registerToolAdminRoutes(adminRoutes, deps.tools);
   if (deps.elastic) registerCatalogAdminRoutes(adminRoutes, { catalog: deps.elastic.catalog });
+  adminRoutes.refuseOtherMethods();
   app.use('/admin', admin);
 
   const auth = deps.auth;
@@ -135,19 +137,21 @@ export function createApp(deps: AppDeps): express.Express {
     });
     const signIn = express.Router();
     signIn.use(auth.sessions.middleware, ...jsonBody(deps.config.MAX_BODY_BYTES));
-    registerAuthRoutes(new Routes(signIn, doc, '/auth'), {
+    const signInRoutes = new Routes(signIn, doc, '/auth');
+    registerAuthRoutes(signInRoutes, {
       keys: deps.keys,
       signIn: () => auth.signIn(),
       publicUrl: deps.config.PUBLIC_URL,
       logger: deps.logger,
     });
+    signInRoutes.refuseOtherMethods();
     app.use('/auth', signIn);
   }
 
   const api = express.Router();
   if (auth) api.use(apiSessions(auth.sessions));
-  api.use(...jsonBody(deps.config.MAX_BODY_BYTES));
-  const routes = new Routes(api, doc, '/api', deps.keys);
+  // Each route reads its body only once the caller is authenticated (Routes puts it after the key).
+  const routes = new Routes(api, doc, '/api', deps.keys, jsonBody(deps.config.MAX_BODY_BYTES));
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
@@ -205,6 +209,7 @@ export function createApp(deps: AppDeps): express.Express {
       });
     });
   }
+  routes.refuseOtherMethods();
   app.use('/api', api);
 
   const openapi = doc.document(API_VERSION);

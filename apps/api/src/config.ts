@@ -60,6 +60,11 @@ export const configSchema = z
     MAX_BODY_BYTES: positiveInt('bytes')
       .default(1_048_576)
       .describe('Largest accepted request body; larger gets 413'),
+    BODY_TIMEOUT_MS: positiveInt('milliseconds')
+      .default(60_000)
+      .describe(
+        'How long a client may take to send a whole request, headers and body; slower gets 408 and the connection closed (responses, streams included, are not limited by it)',
+      ),
     BERTH_MODELS_FILE: z
       .string()
       .min(1)
@@ -76,6 +81,14 @@ export const configSchema = z
     REVOCATION_ACK_TIMEOUT_MS: positiveInt('milliseconds')
       .default(2_000)
       .describe('How long DELETE /api/keys/{id} waits for every API replica to confirm it dropped the key'),
+    KEY_OUTAGE_GRACE_MS: z.coerce
+      .number({ error: 'must be a number (milliseconds)' })
+      .int('must be a whole number')
+      .min(0, 'must be 0 or more')
+      .default(120_000)
+      .describe(
+        'While the database cannot be reached, keys this replica verified before the outage keep working for this long (0: every call answers 503 during an outage)',
+      ),
     KEY_TOUCH_INTERVAL_MS: positiveInt('milliseconds')
       .default(10_000)
       .describe("How often keys' last-used times are written (batched, off the request path)"),

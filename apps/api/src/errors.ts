@@ -6,6 +6,11 @@ export type ErrorFamily = 'openai' | 'simple';
 const table = {
   invalid_json: { status: 400, type: 'invalid_request_error', message: 'Malformed JSON in request body' },
   validation_error: { status: 400, type: 'invalid_request_error', message: 'Invalid request body' },
+  malformed_path: {
+    status: 400,
+    type: 'invalid_request_error',
+    message: 'Malformed percent-encoding in the request path',
+  },
   missing_authorization: {
     status: 401,
     type: 'invalid_request_error',

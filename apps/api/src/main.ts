@@ -1,6 +1,7 @@
 // `npm start`: read the configuration from the environment, start the API, stop on SIGTERM/SIGINT.
 import './node-version.mjs';
 import { ConfigError, parseConfig } from './config.ts';
+import { databaseStartupProblem } from './db-unavailable.ts';
 import { startApi } from './server.ts';
 
 let config;
@@ -41,9 +42,14 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 }
 
 started.api = await startApi(config).catch((err: unknown) => {
-  // Configuration only checkable at start-up (e.g. BERTH_LOCAL_ENGINE=vllm without vllm on PATH).
-  if (err instanceof ConfigError) {
-    console.error(err.message);
+  // Configuration only checkable at start-up (e.g. BERTH_LOCAL_ENGINE=vllm without vllm on PATH,
+  // a DATABASE_URL whose server is down or whose database does not exist).
+  const problem =
+    err instanceof ConfigError
+      ? err.message
+      : config.DATABASE_URL && databaseStartupProblem(err, config.DATABASE_URL);
+  if (problem) {
+    console.error(problem);
     process.exit(78);
   }
   throw err;

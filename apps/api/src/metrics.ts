@@ -30,7 +30,7 @@ export function createMetrics(): ApiMetrics {
     }),
     keyCache: new Counter({
       name: 'berth_key_cache_lookups_total',
-      help: 'API key verifications by cache result (hit: no database query)',
+      help: 'API key verifications by cache result (hit: no database query; stale: verified before a database outage)',
       labelNames: ['result'],
       registers: [registry],
     }),

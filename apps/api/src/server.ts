@@ -4,9 +4,11 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { openMigratedDatabase } from '@berth/db';
+import { loadMigrations, openMigratedDatabase } from '@berth/db';
 import { createApp } from './app.ts';
 import { ConfigError, type Config } from './config.ts';
+import { ApiError } from './errors.ts';
+import { databaseUnavailable } from './db-unavailable.ts';
 import { lockDataDir, type DataDirLock } from './data-dir-lock.ts';
 import { keyHasher } from './keys/format.ts';
 import { localRevocationBus, postgresRevocationBus, type RevocationBus } from './keys/revocation-bus.ts';
@@ -29,7 +31,7 @@ import { GPU_METER_LOCK, pgLeadership, soleLeadership, type Leadership } from '.
 import { gpuMeterMetrics } from './billing/metrics.ts';
 import { proxyAgent } from './proxy/agent.ts';
 import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from './proxy/ratelimit.ts';
-import { usageRecorder, type UsageRecorder } from './proxy/usage.ts';
+import { importSpooledUsage, usageRecorder, type UsageRecorder } from './proxy/usage.ts';
 import { platformUpstream, type PlatformUpstream } from './upstream/platform.ts';
 import type { Agent } from 'undici';
 import type { Lifecycle } from './routes/health.ts';
@@ -74,7 +76,7 @@ export async function startApi(
     existsSync('/var/run/secrets/kubernetes.io/serviceaccount/token');
   const kind = runtimeKind(config, inCluster);
   // The port first: a busy one must stop the process before anything is written to the data dir.
-  const server = await bind(config.PORT, bindHost(config, inCluster));
+  const server = await bind(config.PORT, bindHost(config, inCluster), config.BODY_TIMEOUT_MS);
   let lock: DataDirLock | undefined;
   let db: Awaited<ReturnType<typeof openMigratedDatabase>>;
   try {
@@ -138,7 +140,9 @@ export async function startApi(
       );
     }
     if (runtime) {
-      usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS);
+      const spoolDir = path.join(config.BERTH_DATA_DIR, 'usage-spool');
+      await importSpooledUsage(usageRepository(db.prisma), spoolDir, logger);
+      usage = usageRecorder(usageRepository(db.prisma), logger, config.USAGE_FLUSH_INTERVAL_MS, { spoolDir });
       limiter = config.REDIS_URL ? await redisRateLimiter(config.REDIS_URL, logger) : memoryRateLimiter();
       await runtime.ready();
       epMetrics = endpointMetrics(metrics.registry, runtime.endpoints);
@@ -199,6 +203,8 @@ export async function startApi(
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
+      outageGraceMs: config.KEY_OUTAGE_GRACE_MS,
+      isOutage: (err) => databaseUnavailable(err) !== undefined,
     });
     auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
     const lifecycle: Lifecycle = { shuttingDown: false };
@@ -206,7 +212,7 @@ export async function startApi(
       config,
       adminToken,
       keys,
-      health: healthRepository(db.prisma),
+      health: healthRepository(db.prisma, (await loadMigrations()).migrationDirectories.at(-1)?.path),
       accounts: accountRepository(db.prisma),
       metrics,
       logger,
@@ -224,11 +230,17 @@ export async function startApi(
       olympus: olympusRepository(db.prisma),
     });
 
+    // Aborted when SHUTDOWN_GRACE_MS is up: proxied calls still running end with an SSE error frame
+    // (or a 503), which the SDKs raise as an APIError, instead of a cut connection.
+    const shutdown = new AbortController();
+    app.locals.shutdown = shutdown.signal;
     server.off('request', starting);
     server.on('request', app);
-    // Streams may run for the whole wall-clock limit; Node's defaults would cut them.
-    server.requestTimeout = 0;
-    server.headersTimeout = 60_000;
+    // Receiving a request (headers and body) is time-limited: a client dripping a body cannot hold a
+    // connection and its buffer forever. Node's limit ends once the request is received, so
+    // responses (streams for the whole wall-clock limit) are not cut by it.
+    server.requestTimeout = config.BODY_TIMEOUT_MS;
+    server.headersTimeout = Math.min(60_000, config.BODY_TIMEOUT_MS);
     server.keepAliveTimeout = 65_000;
     const { port } = server.address() as AddressInfo;
     auth.listening(port);
@@ -264,9 +276,20 @@ export async function startApi(
           lifecycle.shuttingDown = true;
           const drained = new Promise<void>((resolve) => server.close(() => resolve()));
           server.closeIdleConnections();
-          const grace = setTimeout(() => server.closeAllConnections(), config.SHUTDOWN_GRACE_MS);
+          let cut: NodeJS.Timeout | undefined;
+          const grace = setTimeout(() => {
+            shutdown.abort(
+              new ApiError('service_unavailable', {
+                message: `The API is shutting down: the call was cut after the shutdown grace (${config.SHUTDOWN_GRACE_MS} ms); retry`,
+                headers: { 'retry-after': '1' },
+              }),
+            );
+            // What the error frames did not end (other routes, slow clients) is cut a second later.
+            cut = setTimeout(() => server.closeAllConnections(), 1_000);
+          }, config.SHUTDOWN_GRACE_MS);
           await drained;
           clearTimeout(grace);
+          clearTimeout(cut);
           await meter?.close();
           await up?.close();
           await rt?.close();
@@ -310,8 +333,10 @@ function starting(_req: IncomingMessage, res: ServerResponse): void {
 }
 
 /** Listens, or explains in one line why it cannot (a ConfigError: the process exits 78). */
-async function bind(port: number, host: string): Promise<Server> {
-  const server = createServer(starting);
+async function bind(port: number, host: string, bodyTimeoutMs: number): Promise<Server> {
+  // How often Node checks the request timeouts: a tenth of the limit, at most every second.
+  const connectionsCheckingInterval = Math.max(100, Math.min(1_000, Math.floor(bodyTimeoutMs / 10)));
+  const server = createServer({ connectionsCheckingInterval }, starting);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);

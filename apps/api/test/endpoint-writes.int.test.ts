@@ -62,6 +62,15 @@ describe('PUT /api/endpoints/{id}', () => {
     expect(await again.json()).toMatchObject({ id, generation: 1 });
 
     await eventually(async () => (await get(id)).status === 'up', { timeout: 30_000 });
+    // The ETag names the generation, not the status: a conditional GET (what a browser's cache sends
+    // when polling) still gets the new status, never a 304 that would keep showing `building`.
+    const polled = await send('GET', `/api/endpoints/${id}`, acct.compute, undefined, {
+      'if-none-match': '"1"',
+    });
+    expect(polled.status).toBe(200);
+    expect(polled.headers.get('cache-control')).toBe('no-store');
+    expect(polled.headers.get('etag')).toBe('"1"');
+    expect(await polled.json()).toMatchObject({ id, status: 'up', label: 'ONLINE' });
     const changed = await send('PUT', `/api/endpoints/${id}`, acct.compute, {
       ...small,
       name: 'one',
@@ -160,6 +169,48 @@ describe('PUT /api/endpoints/{id}', () => {
     expect((await send('PUT', '/api/endpoints/endpt-put-inf', acct.inference, small)).status).toBe(403);
     expect((await send('PATCH', '/api/endpoints/endpt-nope', acct.compute, {})).status).toBe(404);
   });
+});
+
+describe('routing strategy', () => {
+  it('defaults to prefixAffinity; set at creation, changed by PATCH, kept by a PUT without it; a bad one is 400 and changes nothing', async () => {
+    const plain = await send('POST', '/api/endpoints', acct.compute, small);
+    expect(plain.status).toBe(201);
+    expect((await plain.json()).routing).toEqual({ strategy: 'prefixAffinity' });
+
+    const id = 'endpt-routing-rest';
+    const created = await send('PUT', `/api/endpoints/${id}`, acct.compute, {
+      ...small,
+      routing: { strategy: 'leastLoad' },
+    });
+    expect(created.status).toBe(201);
+    expect((await created.json()).routing).toEqual({ strategy: 'leastLoad' });
+
+    const patched = await send('PATCH', `/api/endpoints/${id}`, acct.compute, {
+      routing: { strategy: 'roundRobin' },
+    });
+    expect(patched.status).toBe(200);
+    expect(await patched.json()).toMatchObject({ routing: { strategy: 'roundRobin' }, generation: 2 });
+    const put = await send('PUT', `/api/endpoints/${id}`, acct.compute, small);
+    expect(put.status).toBe(200);
+    expect(await put.json()).toMatchObject({ routing: { strategy: 'roundRobin' }, generation: 2 });
+
+    for (const [method, body] of [
+      ['PATCH', { routing: { strategy: 'random' } }],
+      ['PATCH', { routing: { strategy: 'leastLoad', weight: 2 } }],
+      ['PUT', { ...small, routing: { strategy: 'random' } }],
+    ] as const) {
+      const r = await send(method, `/api/endpoints/${id}`, acct.compute, body);
+      expect(r.status).toBe(400);
+      expect((await r.json()).error).toMatch(/^Invalid request body: routing/);
+    }
+    const bad = await send('PATCH', `/api/endpoints/${id}`, acct.compute, {
+      routing: { strategy: 'random' },
+    });
+    expect((await bad.json()).error).toBe(
+      'Invalid request body: routing.strategy: must be "roundRobin", "leastLoad" or "prefixAffinity"',
+    );
+    expect(await get(id)).toMatchObject({ routing: { strategy: 'roundRobin' }, generation: 2 });
+  }, 60_000);
 });
 
 describe('a failed endpoint', () => {

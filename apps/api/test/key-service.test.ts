@@ -1,4 +1,6 @@
+import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
+import { databaseUnavailable } from '../src/db-unavailable.ts';
 import { ApiError } from '../src/errors.ts';
 import { keyHasher } from '../src/keys/format.ts';
 import { localRevocationBus, type RevocationBus } from '../src/keys/revocation-bus.ts';
@@ -126,6 +128,76 @@ describe('key verification', () => {
     await keys.verify(k.value);
     await keys.verify(k.value);
     expect(mem.lookups()).toBe(3);
+    await keys.close();
+  });
+});
+
+describe('a database outage', () => {
+  // A bus whose connection the test drops (as pgListener's onLost does) and a repository that fails
+  // like a database that cannot be reached.
+  function outage(outageGraceMs: number) {
+    const events = new EventEmitter();
+    const bus: RevocationBus & { healthy: boolean } = {
+      healthy: true,
+      publish: async (rev) => (events.emit('revoked', rev), { expected: 1, acknowledged: 1 }),
+      onRevoked: (fn) => void events.on('revoked', fn),
+      onReset: (fn) => void events.on('reset', fn),
+      close: async () => {},
+    };
+    const mem = memoryRepo();
+    let down = false;
+    const findByHash = mem.repo.findByHash;
+    mem.repo.findByHash = (hash) =>
+      down
+        ? Promise.reject(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }))
+        : findByHash(hash);
+    const keys = keyService({
+      repo: mem.repo,
+      hash: keyHasher(),
+      bus,
+      touchIntervalMs: 60_000,
+      outageGraceMs,
+      isOutage: (err) => databaseUnavailable(err) !== undefined,
+    });
+    const lose = () => {
+      down = true;
+      bus.healthy = false;
+      events.emit('reset');
+    };
+    return { keys, lose, back: () => (down = false) };
+  }
+
+  it('keys verified before it keep working; others still need the database', async () => {
+    const { keys, lose } = outage(60_000);
+    const warm = await keys.createKey({ accountId: 'a', name: 'warm', scope: 'inference' });
+    const cold = await keys.createKey({ accountId: 'a', name: 'cold', scope: 'inference' });
+    await keys.verify(warm.value);
+    lose();
+    expect(await keys.verify(warm.value)).toMatchObject({ ok: true, principal: { keyId: warm.id } });
+    expect(await keys.verify(warm.value)).toMatchObject({ ok: true });
+    await expect(keys.verify(cold.value)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    await keys.close();
+  });
+
+  it('not past the grace, and not at all with a grace of 0', async () => {
+    for (const grace of [0, 1]) {
+      const { keys, lose } = outage(grace);
+      const warm = await keys.createKey({ accountId: 'a', name: 'warm', scope: 'inference' });
+      await keys.verify(warm.value);
+      lose();
+      await new Promise((r) => setTimeout(r, 5));
+      await expect(keys.verify(warm.value)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      await keys.close();
+    }
+  });
+
+  it('a key revoked on this replica just before the outage stays refused', async () => {
+    const { keys, lose } = outage(60_000);
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'global' });
+    await keys.verify(k.value);
+    await keys.revoke('a', k.id);
+    lose();
+    await expect(keys.verify(k.value)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     await keys.close();
   });
 });

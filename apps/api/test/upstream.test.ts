@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { Backends, Endpoints } from '../src/endpoints/ports.ts';
 import { platformUpstream } from '../src/upstream/platform.ts';
-import { leastInFlight, ReplicaTable, type ReplicaLoad } from '../src/upstream/replicas.ts';
+import { leastInFlight, NO_KEY, ReplicaTable, type ReplicaLoad } from '../src/upstream/replicas.ts';
 
 const logger = pino({ level: 'silent' });
 
@@ -171,7 +171,7 @@ describe('leastInFlight over a ReplicaTable', () => {
     let list: readonly string[] = ['http://r1', 'http://r2'];
     const table = new ReplicaTable(() => list, '/v1');
     const set = table.of('e');
-    const picks = Array.from({ length: 4 }, () => leastInFlight(set, undefined).address);
+    const picks = Array.from({ length: 4 }, () => leastInFlight(set, undefined, NO_KEY).address);
     expect(picks).toEqual(['http://r1/v1', 'http://r2/v1', 'http://r1/v1', 'http://r2/v1']);
     set.replicas[0]!.inFlight = 3;
     list = ['http://r1', 'http://r2', 'http://r3'];
@@ -182,7 +182,7 @@ describe('leastInFlight over a ReplicaTable', () => {
       ['http://r3/v1', 0],
     ]);
     expect(table.of('e')).toBe(grown);
-    expect(leastInFlight(grown, grown.replicas[1]).address).toBe('http://r3/v1');
+    expect(leastInFlight(grown, grown.replicas[1], NO_KEY).address).toBe('http://r3/v1');
     list = [];
     expect(table.of('e').replicas).toEqual([]);
   });
@@ -190,6 +190,6 @@ describe('leastInFlight over a ReplicaTable', () => {
   it('gives the only replica even to a retry that failed on it', () => {
     const table = new ReplicaTable(() => ['http://r1'], '/v1');
     const set = table.of('e');
-    expect(leastInFlight(set, set.replicas[0]).address).toBe('http://r1/v1');
+    expect(leastInFlight(set, set.replicas[0], NO_KEY).address).toBe('http://r1/v1');
   });
 });

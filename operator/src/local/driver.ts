@@ -68,7 +68,7 @@ export function processDriver(o: ProcessDriverOptions): ProcessDriver {
     engine: o.engine,
     logs: o.logs,
     log: o.log,
-    pids: pidFiles(o.runDir, o.log),
+    pids: pidFiles(o.runDir, o.log, o.stopGraceMs),
     crashLoopRestarts: o.crashLoopRestarts,
     stopGraceMs: o.stopGraceMs,
     startupPollMs: o.startupPollMs ?? 200,

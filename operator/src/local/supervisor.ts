@@ -87,6 +87,7 @@ export class ReplicaSlot {
   }
 
   async start(): Promise<void> {
+    await this.o.pids.reaped; // engines a killed API left behind hold GPUs until they are gone
     const port = await freePort();
     if (this.retired || this.current) return;
     const { id, o } = this;

@@ -15,6 +15,7 @@ import { ApiError } from '../errors.ts';
 import { forward } from '../proxy/forward.ts';
 import { ClientGone } from '../proxy/scope.ts';
 import type { Usage } from '../proxy/sse.ts';
+import { affinityKey } from '../upstream/affinity.ts';
 import type { Lease, Upstream } from '../upstream/types.ts';
 import type { ElasticCatalog } from './catalog.ts';
 import type { Backend, CatalogModel, ModelKind } from './entry.ts';
@@ -95,6 +96,7 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
   const acquire = async (
     b: Backend,
     signal: AbortSignal,
+    key: number,
   ): Promise<{ lease: Lease; model: string; headers?: Record<string, string>; retries: number }> => {
     if (!('endpoint' in b)) {
       const lease: Lease = { next: () => b.baseUrl, release() {} };
@@ -110,6 +112,7 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
     const acquired = await deps.platform!.upstream.acquire(endpoint, {
       hold: deps.config.wakeHoldMs,
       signal,
+      key,
     });
     if (!acquired.ok) {
       if (acquired.reason === 'aborted') throw signal.reason;
@@ -147,12 +150,13 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
         const candidates = chain(deps.catalog, c.model)
           .filter((m) => c.kinds.includes(m.kind))
           .flatMap((m) => m.backends.map((b) => ({ m, b, key: backendKey(b) })));
+        const affinity = affinityKey(c.body);
         const cool = (key: string) => (cooling.get(key) ?? 0) > t;
         const ordered = [...candidates.filter((x) => !cool(x.key)), ...candidates.filter((x) => cool(x.key))];
         for (const { m, b, key } of ordered) {
           let lease: Lease | undefined;
           try {
-            const got = await acquire(b, c.signal);
+            const got = await acquire(b, c.signal, affinity);
             lease = got.lease;
             res.setHeader(MODEL_HEADER, m.name);
             if (m !== c.model) res.setHeader(FALLBACK_HEADER, c.model.name);

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import express, { type ErrorRequestHandler, type RequestHandler } from 'express';
 import type { Logger } from 'pino';
+import { databaseUnavailable } from '../db-unavailable.ts';
 import { ApiError, errorBody, familyOf } from '../errors.ts';
 import type { ApiMetrics } from '../metrics.ts';
 
@@ -19,6 +20,8 @@ export function requestId(): RequestHandler {
 
 /** The matched route template, for metric labels and logs (never the raw path: it holds ids). */
 export function routeTemplate(req: express.Request): string {
+  const label = req.res?.locals.route as string | undefined;
+  if (label) return label;
   const route = req.route as { path?: string } | undefined;
   return route?.path ? `${req.baseUrl}${route.path}` : 'unmatched';
 }
@@ -84,23 +87,44 @@ interface BodyParserError {
   status?: number;
 }
 
-function toApiError(err: unknown): ApiError {
+function toApiError(err: unknown, req: express.Request): ApiError {
   if (err instanceof ApiError) return err;
-  const type = (err as BodyParserError | null)?.type;
+  const { type, status } = (err ?? {}) as BodyParserError;
   if (type === 'entity.parse.failed') return new ApiError('invalid_json');
   if (type === 'entity.too.large') return new ApiError('request_too_large');
   if (type === 'encoding.unsupported' || type === 'charset.unsupported')
     return new ApiError('unsupported_media_type');
   if (type === 'request.aborted')
     return new ApiError('invalid_json', { message: 'Request body was cut short' });
+  // A lost database is an outage the caller should retry, not a bug (spec §7: 503).
+  if (databaseUnavailable(err))
+    return new ApiError('service_unavailable', { headers: { 'retry-after': '5' } });
+  // The router could not decode a path parameter (`/api/endpoints/%ff`).
+  if (err instanceof URIError) return new ApiError('malformed_path');
+  // Any other 4xx the body parser or router raised is the client's mistake, e.g. a body that does
+  // not decode with its Content-Encoding.
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    const encoding = req.headers['content-encoding'];
+    return new ApiError('invalid_json', {
+      message: encoding
+        ? `The request body could not be decoded with its Content-Encoding (${encoding})`
+        : 'The request could not be read',
+    });
+  }
   return new ApiError('internal_error');
 }
 
 /** The one place errors become responses, in the route family's shape. */
 export function errorHandler(logger: Logger): ErrorRequestHandler {
   return (err, req, res, _next) => {
-    const apiError = toApiError(err);
-    if (apiError.status >= 500 && !(err instanceof ApiError)) {
+    const apiError = toApiError(err, req);
+    const lost = apiError.code === 'service_unavailable' && !(err instanceof ApiError);
+    if (lost) {
+      logger.warn(
+        { database: databaseUnavailable(err), requestId: res.locals.requestId, route: routeTemplate(req) },
+        'database unavailable',
+      );
+    } else if (apiError.status >= 500 && !(err instanceof ApiError)) {
       logger.error({ err, requestId: res.locals.requestId, route: routeTemplate(req) }, 'unexpected failure');
     }
     if (res.headersSent) {
@@ -108,6 +132,8 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       return;
     }
     for (const [name, value] of Object.entries(apiError.headers)) res.setHeader(name, value);
+    // Refused before its body was read (e.g. 401): do not wait for the rest of it on this connection.
+    if (!req.complete) res.setHeader('connection', 'close');
     res.status(apiError.status).json(errorBody(apiError, familyOf(req.originalUrl)));
   };
 }

@@ -7,7 +7,7 @@
 //       auth: { scopes: ['global'] }, body: createKeyBody, responses: { 201: … } },
 //     async ({ caller, body, res }) => { const { name, scope } = body(); … },
 //   );
-import type { Request, Response, Router } from 'express';
+import type { Request, RequestHandler, Response, Router } from 'express';
 import type { z } from 'zod';
 import type { KeyService } from '../keys/service.ts';
 import type { ApiDoc, Operation } from '../openapi.ts';
@@ -20,7 +20,8 @@ import {
   type PublicAccess,
   type SessionMode,
 } from './auth.ts';
-import { parse } from './validate.ts';
+import { checkJson, parse } from './validate.ts';
+import { ApiError, familyOf } from '../errors.ts';
 
 /**
  * Who may call: nobody in particular, the admin token (checked where the admin router is mounted),
@@ -71,7 +72,32 @@ export class Routes {
     /** Where the router is mounted: the part of each path Express does not see. */
     private readonly mount: string,
     private readonly keys?: KeyService,
+    /** Reads the request body; put after authentication, so an unauthenticated body is never read. */
+    private readonly bodyParser: RequestHandler[] = [],
   ) {}
+
+  /** The methods of each Express path, for 405's Allow header. */
+  private readonly methods = new Map<string, Set<string>>();
+
+  /**
+   * After the last route: another method on a known path is 405 `method_not_allowed` with the
+   * Allow header (HEAD comes with GET); OPTIONS answers 204 with the same header.
+   */
+  refuseOtherMethods(): void {
+    for (const [path, methods] of this.methods) {
+      const allowed = new Set(methods);
+      if (allowed.has('GET')) allowed.add('HEAD');
+      const allow = [...allowed].sort().join(', ');
+      this.router.all(path, (req, res) => {
+        res.setHeader('allow', allow);
+        if (req.method === 'OPTIONS') return void res.status(204).end();
+        throw new ApiError('method_not_allowed', {
+          message: `Method ${req.method} is not allowed here; allowed: ${allow}`,
+          headers: { allow },
+        });
+      });
+    }
+  }
 
   add<P extends string, A extends RouteAuth, B extends z.ZodType | undefined = undefined>(
     spec: RouteSpec<P, B, A>,
@@ -87,7 +113,15 @@ export class Routes {
       ...(schema ? { body: schema } : {}),
     });
     const expressPath = path.slice(this.mount.length).replace(/\{(\w+)\}/g, ':$1') || '/';
-    const middleware = [];
+    // The route's label for metrics and the access log, fixed now: once an error leaves the router,
+    // Express has already reset `req.baseUrl` (a 401 on /api/keys would read `/keys`).
+    const label = `${this.mount}${expressPath}`;
+    const middleware: RequestHandler[] = [
+      (_req, res, next) => {
+        res.locals.route = label;
+        next();
+      },
+    ];
     if (typeof auth === 'object') {
       if (!this.keys) throw new Error(`route ${path} needs a key service`);
       middleware.push(
@@ -97,6 +131,10 @@ export class Routes {
         }),
       );
     }
+    middleware.push(...this.bodyParser);
+    const known = this.methods.get(expressPath) ?? new Set<string>();
+    known.add(spec.method.toUpperCase());
+    this.methods.set(expressPath, known);
     // Express 5 passes a returned promise's rejection to the error middleware.
     this.router[spec.method](expressPath, ...middleware, (req: Request, res: Response) => {
       let parsed: { value: unknown } | undefined;
@@ -106,6 +144,7 @@ export class Routes {
         params: req.params as PathParams<P>,
         caller: (typeof auth === 'object' ? callerOf(res) : undefined) as CallerFor<A>,
         body() {
+          if (!parsed) checkJson(req.body, 'request body', { text: familyOf(req.originalUrl) === 'simple' });
           parsed ??= { value: schema ? parse(schema, req.body) : undefined };
           return parsed.value as ReturnType<RouteContext<P, B, A>['body']>;
         },

@@ -28,3 +28,53 @@ export const jsonObjectBody = z
     error: 'The request body must be a JSON object',
   })
   .meta({ type: 'object', description: 'An OpenAI-compatible request body, passed through to the engine' });
+
+/** How deeply a JSON body may nest (objects and arrays): deeper ones are refused before any use. */
+export const MAX_JSON_DEPTH = 64;
+
+// A NUL cannot be stored in PostgreSQL text; a lone surrogate is not Unicode (it would be stored as
+// U+FFFD, silently changed).
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * Checks a parsed JSON value before a route's schema sees it: nesting at most MAX_JSON_DEPTH (a
+ * 100k-deep array would overflow the stack of whatever serialises it next), and — with `text` —
+ * strings (keys included) a database can store. 400 `validation_error` naming the place otherwise.
+ */
+export function checkJson(value: unknown, what: string, options: { text: boolean }): void {
+  const walk = (v: unknown, at: string, depth: number): void => {
+    if (typeof v === 'string') {
+      if (options.text && UNSTORABLE.test(v))
+        throw new ApiError('validation_error', {
+          message: `Invalid ${what}: ${at || 'value'}: must not contain NUL characters or unpaired surrogates`,
+          param: at || null,
+        });
+      return;
+    }
+    if (typeof v !== 'object' || v === null) return;
+    if (depth >= MAX_JSON_DEPTH)
+      throw new ApiError('validation_error', {
+        message: `Invalid ${what}: nested more than ${MAX_JSON_DEPTH} levels deep`,
+        param: at || null,
+      });
+    for (const [k, child] of Object.entries(v)) {
+      const place = at ? `${at}.${k}` : k;
+      if (options.text && UNSTORABLE.test(k))
+        throw new ApiError('validation_error', {
+          message: `Invalid ${what}: a field name must not contain NUL characters or unpaired surrogates`,
+          param: null,
+        });
+      walk(child, place, depth + 1);
+    }
+  };
+  walk(value, '', 0);
+}
+
+/** A human-readable name: no control characters (a newline would forge lines in logs). */
+export const humanName = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1, 'must not be empty')
+    .max(max, `must be at most ${max} characters`)
+    .regex(/^[^\p{Cc}\u2028\u2029]*$/u, 'must not contain control characters (such as newlines)');

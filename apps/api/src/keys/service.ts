@@ -31,7 +31,8 @@ export interface CreatedKey extends KeyRecord {
 }
 
 export interface KeyServiceMetrics {
-  cacheLookup(result: 'hit' | 'miss'): void;
+  /** `stale`: the database was unavailable and the key was verified before the outage began. */
+  cacheLookup(result: 'hit' | 'miss' | 'stale'): void;
   /** `confirmed`: every replica acknowledged; `unconfirmed`: some did not within the timeout. */
   revocation(outcome: 'confirmed' | 'unconfirmed'): void;
 }
@@ -91,11 +92,31 @@ export function keyService(deps: {
   bus: RevocationBus;
   metrics?: KeyServiceMetrics;
   touchIntervalMs: number;
+  /**
+   * How long keys verified before the revocation bus lost the database stay usable while the
+   * database cannot be reached (0: not at all). See `verify`.
+   */
+  outageGraceMs?: number;
+  /** Whether an error means the database is unavailable (rather than a bug). */
+  isOutage?: (err: unknown) => boolean;
   now?: () => Date;
 }): KeyService {
   const { repo, hash, bus } = deps;
   const now = deps.now ?? (() => new Date());
   const cache = new Map<string, Principal>();
+  // The cache as it was when the bus lost its connection, and since when. Used only while the
+  // database itself cannot be reached: then no replica can revoke a key either (revoking writes the
+  // row first), so a key that was valid when the outage began is still valid — except on a replica
+  // cut off alone (a partition), which is why it is bounded by `outageGraceMs` and the replica
+  // reports itself unready (its load balancer drains it) meanwhile.
+  let stale = new Map<string, Principal>();
+  let staleSince = 0;
+  // After a lookup found the database unavailable, stale keys are served without asking it again
+  // for a moment: a dead server must not add a connection attempt to every request.
+  let skipDatabaseUntil = 0;
+  const outageGraceMs = deps.outageGraceMs ?? 0;
+  const staleKey = (digest: string): Principal | undefined =>
+    outageGraceMs > 0 && Date.now() - staleSince < outageGraceMs ? stale.get(digest) : undefined;
   // Bumped by every eviction: a lookup that started before one must not fill the cache, or a key
   // revoked while its row was being read could come back.
   let epoch = 0;
@@ -104,8 +125,10 @@ export function keyService(deps: {
 
   const evict = (keyId: string, keyHash?: string) => {
     epoch++;
-    if (keyHash) cache.delete(keyHash);
-    else for (const [h, p] of cache) if (p.keyId === keyId) cache.delete(h);
+    for (const map of [cache, stale]) {
+      if (keyHash) map.delete(keyHash);
+      else for (const [h, p] of map) if (p.keyId === keyId) map.delete(h);
+    }
     const controllers = inflight.get(keyId);
     if (controllers) {
       for (const c of controllers) c.abort(new ApiError('invalid_api_key'));
@@ -115,6 +138,9 @@ export function keyService(deps: {
   bus.onRevoked((rev) => evict(rev.keyId, rev.hash));
   bus.onReset(() => {
     epoch++;
+    // Only what was trusted a moment ago: keys from an earlier outage may have been revoked since.
+    stale = new Map(cache);
+    staleSince = Date.now();
     cache.clear();
   });
 
@@ -161,9 +187,22 @@ export function keyService(deps: {
         lastUsed.set(cached.keyId, now());
         return { ok: true, principal: cached };
       }
+      const fallback = useCache ? undefined : staleKey(digest);
+      if (fallback && Date.now() < skipDatabaseUntil) {
+        deps.metrics?.cacheLookup('stale');
+        return { ok: true, principal: fallback };
+      }
       deps.metrics?.cacheLookup('miss');
       const started = epoch;
-      const row = await repo.findByHash(digest);
+      let row: Awaited<ReturnType<KeyRepository['findByHash']>>;
+      try {
+        row = await repo.findByHash(digest);
+      } catch (err) {
+        if (!fallback || !deps.isOutage?.(err)) throw err;
+        skipDatabaseUntil = Date.now() + 1_000;
+        deps.metrics?.cacheLookup('stale');
+        return { ok: true, principal: fallback };
+      }
       if (!row || row.revokedAt || !sameDigest(row.hash, digest))
         return { ok: false, code: 'invalid_api_key' };
       const principal: Principal = {

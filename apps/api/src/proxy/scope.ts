@@ -1,5 +1,5 @@
 // Everything that ends a proxied call early, as one signal: the client leaving, its key being
-// revoked, and the wall-clock limit (spec §8: it covers the whole call, streaming included).
+// revoked, the API shutting down past its grace, and the wall-clock limit (spec §8: it covers the whole call, streaming included).
 import type { Response } from 'express';
 import { ApiError } from '../errors.ts';
 
@@ -33,12 +33,18 @@ export function callScope(res: Response, revocation: AbortSignal | undefined, li
   );
   const revoked = () => controller.abort(revocation?.reason);
   revocation?.addEventListener('abort', revoked, { once: true });
+  // The API shutting down past its grace (server.ts): the call ends with an error the client sees.
+  const shutdown = res.app?.locals.shutdown as AbortSignal | undefined;
+  const stopping = () => controller.abort(shutdown?.reason);
+  if (shutdown?.aborted) stopping();
+  else shutdown?.addEventListener('abort', stopping, { once: true });
   return {
     signal: controller.signal,
     end() {
       clearTimeout(limit);
       res.off('close', onClose);
       revocation?.removeEventListener('abort', revoked);
+      shutdown?.removeEventListener('abort', stopping);
     },
   };
 }

@@ -3,12 +3,12 @@ import { ApiError } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import type { KeyService } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
-import { parse } from '../http/validate.ts';
+import { humanName, parse } from '../http/validate.ts';
 import type { AccountRepository } from '../repositories/accounts.ts';
 import { createdKeyView, createKeyBody, viewCreatedKey } from './views.ts';
 
 const createAccountBody = z.strictObject({
-  name: z.string().trim().min(1, 'must not be empty').max(200, 'must be at most 200 characters').optional(),
+  name: humanName(200).optional(),
 });
 const accountView = z.object({ id: z.string(), name: z.string(), createdAt: z.string() });
 const createdAccount = z.object({ account: accountView, key: createdKeyView });

@@ -14,6 +14,7 @@ import type { EndpointMetrics } from '../endpoints/metrics.ts';
 import type { RateLimiter } from '../proxy/ratelimit.ts';
 import { callScope, ClientGone, seconds } from '../proxy/scope.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
+import { affinityKey } from '../upstream/affinity.ts';
 import type { Refusal, Upstream } from '../upstream/types.ts';
 
 export interface DedicatedDeps {
@@ -43,18 +44,22 @@ const RETRY_WAKING = '10';
 function endpointOf(req: Request, endpoints: EndpointCache): DedicatedEndpoint {
   const id = String(req.params.id);
   const endpoint = isEndpointId(id) ? endpoints.get(id) : undefined;
-  if (!endpoint) throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
+  // A terminated endpoint (its engines may still drain) takes no new calls.
+  if (!endpoint || endpoint.metadata.deletionTimestamp)
+    throw new ApiError('not_found', { message: `Dedicated endpoint ${id} not found` });
   return endpoint;
 }
 
 /**
  * A Public endpoint needs no key: it is rate-limited per endpoint and per client address, and the
- * call is billed to the owning account (spec §5.2). Unknown ids are 404 before any key is asked for.
+ * call is billed to the owning account (spec §5.2). Anything else needs a key, unknown ids included:
+ * without one, an unknown id and a Private endpoint both answer 401 (existence is not revealed).
  */
 function publicAccess(deps: DedicatedDeps): PublicAccess {
   return (req: Request, res: Response) => {
-    const e = endpointOf(req, deps.endpoints);
-    return e.spec.authMode === 'Public' ? limited(req, res, e, deps) : undefined;
+    const id = String(req.params.id);
+    const e = isEndpointId(id) ? deps.endpoints.get(id) : undefined;
+    return e?.spec.authMode === 'Public' ? limited(req, res, e, deps) : undefined;
   };
 }
 
@@ -67,15 +72,17 @@ async function limited(
 ): Promise<{ accountId: string }> {
   const id = e.metadata.name;
   const client = req.ip ?? req.socket.remoteAddress ?? 'unknown';
-  const [perEndpoint, perClient] = await Promise.all([
-    deps.limiter.hit(`ep:${id}`, deps.config.publicLimitPerEndpoint),
-    deps.limiter.hit(`cl:${id}:${client}`, deps.config.publicLimitPerClient),
-  ]);
-  const tightest = perClient.remaining < perEndpoint.remaining ? perClient : perEndpoint;
+  // The client's limit first: a request it refuses is not counted against the endpoint, so one
+  // client cannot use up the endpoint's allowance for everyone else.
+  const perClient = await deps.limiter.hit(`cl:${id}:${client}`, deps.config.publicLimitPerClient);
+  const perEndpoint = perClient.allowed
+    ? await deps.limiter.hit(`ep:${id}`, deps.config.publicLimitPerEndpoint)
+    : undefined;
+  const tightest = perEndpoint && perEndpoint.remaining < perClient.remaining ? perEndpoint : perClient;
   res.setHeader('x-ratelimit-limit-requests', String(tightest.limit));
   res.setHeader('x-ratelimit-remaining-requests', String(tightest.remaining));
   res.setHeader('x-ratelimit-reset-requests', `${Math.ceil(tightest.resetMs / 1000)}s`);
-  const refused = !perEndpoint.allowed ? perEndpoint : !perClient.allowed ? perClient : undefined;
+  const refused = !perClient.allowed ? perClient : !perEndpoint!.allowed ? perEndpoint : undefined;
   if (refused) {
     throw new ApiError('rate_limited', {
       message: `Rate limit reached for public endpoint ${id}: ${refused.limit} requests per minute${refused === perClient ? ' per client' : ''}`,
@@ -236,7 +243,7 @@ export async function callDedicated(
         : () => {};
     const unhold = sleeping && hold > 0 && metrics ? metrics.held(id) : () => {};
     const acquired = await deps.upstream
-      .acquire(endpoint, { hold, signal: scope.signal })
+      .acquire(endpoint, { hold, signal: scope.signal, key: affinityKey(payload) })
       .finally(() => (stopBeats(), unhold()));
     if (!acquired.ok) {
       if (acquired.reason === 'aborted') throw scope.signal.reason;

@@ -7,6 +7,9 @@ import {
   ModelSpecSchema,
   PHASE_LABELS,
   ScalingSpecSchema,
+  RoutingSpecSchema,
+  RoutingStrategySchema,
+  DEFAULT_ROUTING_STRATEGY,
   type Catalog,
   type DedicatedEndpoint,
   type Phase,
@@ -14,6 +17,7 @@ import {
 import { ApiError, endpointNotFound } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import { simpleError } from '../openapi.ts';
+import { humanName } from '../http/validate.ts';
 import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
 import { endpointService, ownedEndpoint, type WriteOptions } from '../endpoints/service.ts';
 import type { PlatformUpstream } from '../upstream/platform.ts';
@@ -25,7 +29,7 @@ import type { EndpointLogs } from '../endpoints/ports.ts';
  * `hubToken`.
  */
 export const createEndpointBody = z.strictObject({
-  name: z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters').optional(),
+  name: humanName(100).optional(),
   model: ModelSpecSchema.shape.id,
   revision: ModelSpecSchema.shape.revision,
   maxModelLen: ModelSpecSchema.shape.maxModelLen,
@@ -40,6 +44,9 @@ export const createEndpointBody = z.strictObject({
   hardware: HardwareSpecSchema.strict(),
   authMode: DedicatedEndpointSpecSchema.shape.authMode,
   scaling: ScalingSpecSchema.strict().prefault({}),
+  routing: RoutingSpecSchema.strict()
+    .optional()
+    .describe('How calls spread over the replicas; omitted: `prefixAffinity` (PUT: keeps the current one)'),
 });
 
 const scalingShape = ScalingSpecSchema.shape;
@@ -66,6 +73,7 @@ export const patchEndpointBody = z.strictObject({
       idleTimeoutSeconds: scalingShape.idleTimeoutSeconds.unwrap().optional(),
     })
     .optional(),
+  routing: RoutingSpecSchema.strict().optional(),
 });
 
 export const endpointView = z.object({
@@ -78,8 +86,14 @@ export const endpointView = z.object({
   hardware: z.object({ gpuType: z.string(), gpuCount: z.number() }),
   authMode: z.enum(['Private', 'Public']),
   scaling: z.object({ minReplicas: z.number(), maxReplicas: z.number(), idleTimeoutSeconds: z.number() }),
+  routing: z.object({ strategy: RoutingStrategySchema }),
   status: z.enum(['building', 'up', 'hibernated', 'waking', 'failed']),
   label: z.enum(['PROVISIONING', 'ONLINE', 'SLEEPING', 'WAKING UP', 'FAILED']).describe('Dashboard label'),
+  terminating: z
+    .boolean()
+    .describe(
+      'DELETE was accepted: it takes no calls (404) while its replicas drain, then it is gone. Terminate is not a status (spec §3), so `status` keeps its last value',
+    ),
   reason: z.string().nullable(),
   message: z.string().nullable(),
   replicas: z.number(),
@@ -119,8 +133,10 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
       maxReplicas: e.spec.scaling?.maxReplicas ?? 1,
       idleTimeoutSeconds: e.spec.scaling?.idleTimeoutSeconds ?? 900,
     },
+    routing: { strategy: e.spec.routing?.strategy ?? DEFAULT_ROUTING_STRATEGY },
     status: phase,
     label: PHASE_LABELS[phase],
+    terminating: !!e.metadata.deletionTimestamp,
     reason: e.status?.reason ?? null,
     message: e.status?.message ?? null,
     replicas: e.status?.replicas ?? 0,
@@ -156,11 +172,19 @@ function writeOptions(req: Request): WriteOptions {
 }
 
 /** The endpoint with its generation as the ETag (for a later If-Match). */
+/**
+ * The ETag is the spec's generation, for `If-Match`: it does not change with the status. So the view is
+ * never stored by HTTP caches (`no-store`) and never answered 304 on `If-None-Match` (written with
+ * `end()`, not `json()`, which would compare the two): a browser polling an endpoint got its first
+ * body (PROVISIONING) back from its cache for as long as the generation stayed the same.
+ */
 function sendEndpoint(res: Response, e: DedicatedEndpoint, base: string, status = 200): void {
   res
     .status(status)
     .setHeader('etag', `"${e.metadata.generation ?? 1}"`)
-    .json(viewEndpoint(e, base));
+    .setHeader('cache-control', 'no-store')
+    .type('json')
+    .end(JSON.stringify(viewEndpoint(e, base)));
 }
 
 const auth = { scopes: ['compute', 'global'], session: 'manage' } as const;
@@ -374,16 +398,42 @@ export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps):
     },
     async ({ req, res, caller, params }) => {
       const e = ownedEndpoint(deps.endpoints, params.id, caller.accountId);
+      // A follower ends when the client leaves, when its key is revoked (spec §3: requests in flight
+      // fail at once) and when the endpoint is deleted; the last two say why in a last line.
       const controller = new AbortController();
-      res.on('close', () => controller.abort());
-      res.status(200).type('text/plain; charset=utf-8');
-      res.setHeader('cache-control', 'no-cache');
-      res.flushHeaders();
-      await deps.logs.stream(e, res, {
-        follow: req.query.follow === 'true' || req.query.follow === '1',
-        signal: controller.signal,
+      let why: string | undefined;
+      const end = (reason?: string) => {
+        why ??= reason;
+        controller.abort();
+      };
+      res.on('close', () => end());
+      const revoked = () =>
+        end(`# ${(caller.signal.reason as Error | undefined)?.message ?? 'Invalid API key'}`);
+      if (caller.signal.aborted) throw new ApiError('invalid_api_key');
+      caller.signal.addEventListener('abort', revoked, { once: true });
+      const follow = req.query.follow === 'true' || req.query.follow === '1';
+      // A follower sees each change of phase or reason as a status line, as it happens.
+      const phaseLine = (x: typeof e) =>
+        `# phase: ${x.status?.phase ?? 'building'}${x.status?.reason ? ` (${x.status.reason})` : ''}`;
+      let shown = phaseLine(e);
+      const stopWatching = deps.endpoints.watch(e.metadata.name, (now) => {
+        if (!now || now.metadata.deletionTimestamp) return end(`# endpoint ${e.metadata.name} was deleted`);
+        const next = phaseLine(now);
+        if (follow && next !== shown && !res.writableEnded && !controller.signal.aborted) {
+          shown = next;
+          res.write(`${next}\n`);
+        }
       });
-      if (!res.writableEnded) res.end();
+      try {
+        res.status(200).type('text/plain; charset=utf-8');
+        res.setHeader('cache-control', 'no-cache');
+        res.flushHeaders();
+        await deps.logs.stream(e, res, { follow, signal: controller.signal });
+        if (!res.writableEnded) res.end(why ? `${why}\n` : undefined);
+      } finally {
+        stopWatching();
+        caller.signal.removeEventListener('abort', revoked);
+      }
     },
   );
 }

@@ -8,7 +8,7 @@ import { parse } from '../http/validate.ts';
 import { simpleError } from '../openapi.ts';
 import type { ToolRecord, ToolRepository } from '../repositories/tools.ts';
 import type { Sealer } from '../secrets/sealed.ts';
-import { globalKeyErrors, toolId } from './views.ts';
+import { globalKey, globalKeyErrors, toolId } from './views.ts';
 
 const PRICE = 'must be a decimal string with at most 6 decimals, e.g. "0.002"';
 const headerName = z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$/, 'must be an HTTP header name');
@@ -197,7 +197,7 @@ export function registerToolRoutes(routes: Routes, deps: ToolRouteDeps): void {
       method: 'get',
       path: '/api/tools',
       tag: 'tools',
-      auth: { scopes: ['inference', 'global'] },
+      auth: { scopes: ['inference', 'global'], session: 'manage' },
       summary: 'The tool catalog, with `enabled` for the caller’s account',
       responses: {
         200: { description: 'Tools by id', schema: z.object({ data: z.array(toolView) }) },
@@ -215,7 +215,7 @@ export function registerToolRoutes(routes: Routes, deps: ToolRouteDeps): void {
       method: 'post',
       path: '/api/tools',
       tag: 'tools',
-      auth: { scopes: ['global'] },
+      auth: globalKey,
       summary: 'Enable a tool (or `olympus`, `chronos`) for the account; idempotent',
       body: enableBody,
       responses: {
@@ -238,7 +238,7 @@ export function registerToolRoutes(routes: Routes, deps: ToolRouteDeps): void {
       method: 'delete',
       path: '/api/tools/{tool_id}',
       tag: 'tools',
-      auth: { scopes: ['global'] },
+      auth: globalKey,
       summary: 'Disable a tool for the account; idempotent',
       responses: {
         200: { description: 'Disabled', schema: toolView },

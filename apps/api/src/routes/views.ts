@@ -3,6 +3,7 @@ import type { KeyRecord } from '../repositories/keys.ts';
 import { SCOPES } from '../repositories/keys.ts';
 import type { CreatedKey } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
+import { humanName } from '../http/validate.ts';
 
 /** Settings → Keys and Settings → Billing: a global key, or the dashboard's session. */
 export const globalKey = { scopes: ['global'], session: 'manage' } as const;
@@ -54,7 +55,7 @@ export const toolId = z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, 'must be a 
 /** The body that creates a key, shared by the admin route and POST /api/keys. */
 export const createKeyBody = z
   .strictObject({
-    name: z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters'),
+    name: humanName(100),
     scope: z.enum(SCOPES, { error: 'must be one of "inference", "compute", "global"' }),
     pinnedModel: z
       .string()

@@ -1,11 +1,11 @@
 // The upstream of platform-owned dedicated endpoints (the ones our operator runs, on Kubernetes or as
 // local processes): the phase gate, wake and hold (./wake.ts), the activity the operator scales and
 // hibernates on (./activity.ts), and a lease over the endpoint's Ready replicas (./replicas.ts).
-import type { DedicatedEndpoint } from '@berth/crds';
+import { DEFAULT_ROUTING_STRATEGY, type DedicatedEndpoint } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { Backends, Endpoints } from '../endpoints/ports.ts';
 import { activityReporter } from './activity.ts';
-import { leastInFlight, ReplicaTable, type ReplicaLoad, type ReplicaPicker } from './replicas.ts';
+import { NO_KEY, PICKERS, ReplicaTable, type ReplicaLoad, type ReplicaPicker } from './replicas.ts';
 import type { Acquired, Lease, Upstream } from './types.ts';
 import { waker } from './wake.ts';
 
@@ -27,8 +27,6 @@ export interface PlatformUpstreamOptions {
   endpoints: Pick<Endpoints, 'get' | 'watch' | 'annotate'>;
   backends: Backends;
   logger: Logger;
-  /** Chooses each attempt's replica; default: least in flight. */
-  picker?: ReplicaPicker;
   /** Once per wake this process signalled, with its duration in seconds (metrics). */
   onWoken?: (id: string, seconds: number) => void;
 }
@@ -37,9 +35,8 @@ export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
   const activity = activityReporter(o.endpoints, o.logger);
   const wakes = waker(o.endpoints, o.backends, o.logger, o.onWoken);
   const table = new ReplicaTable((id) => o.backends.addresses(id), OPENAI_PATH);
-  const pick = o.picker ?? leastInFlight;
 
-  const lease = (id: string, end: () => void): Lease => {
+  const lease = (id: string, pick: ReplicaPicker, key: number, end: () => void): Lease => {
     let current: ReplicaLoad | undefined;
     let released = false;
     return {
@@ -47,7 +44,7 @@ export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
         const set = table.of(id);
         const previous = current;
         if (previous) previous.inFlight--;
-        current = set.replicas.length ? pick(set, previous) : undefined;
+        current = set.replicas.length ? pick(set, previous, key) : undefined;
         if (current) current.inFlight++;
         return current?.address;
       },
@@ -62,7 +59,9 @@ export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
   };
 
   return {
-    async acquire(endpoint, { hold, signal }): Promise<Acquired> {
+    async acquire(endpoint, { hold, signal, key = NO_KEY }): Promise<Acquired> {
+      // Terminated (DELETE answered; its engines may still drain): no new calls.
+      if (endpoint.metadata.deletionTimestamp) return { ok: false, reason: 'deleted' };
       const phase = endpoint.status?.phase ?? 'building';
       if (phase === 'building') return { ok: false, reason: 'building' };
       if (phase === 'failed') return { ok: false, reason: 'failed', endpoint };
@@ -89,7 +88,8 @@ export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
         end();
         throw err;
       }
-      return { ok: true, lease: lease(id, end) };
+      const pick = PICKERS[endpoint.spec.routing?.strategy ?? DEFAULT_ROUTING_STRATEGY];
+      return { ok: true, lease: lease(id, pick, key, end) };
     },
     wake: (endpoint) => wakes.wake(endpoint),
     inFlight: (id) => activity.inFlight(id),

@@ -57,7 +57,7 @@ export function waker(
         resolve('ready');
       });
       stopStore = store.watch(id, (e) => {
-        if (!e) resolve('deleted');
+        if (!e || e.metadata.deletionTimestamp) resolve('deleted');
         else if (e.status?.phase === 'failed') resolve('failed');
       });
     }).finally(() => {

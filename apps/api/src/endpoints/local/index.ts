@@ -30,6 +30,65 @@ export interface LocalRuntimeOptions {
   now: () => Date;
 }
 
+// What an engine process may see of the API's environment: what the engine and its libraries read
+// (the hub token, CUDA, vLLM, PyTorch, locale, temp dirs), never the API's own secrets (ADMIN_TOKEN,
+// DATABASE_URL, KEY_HASH_SECRET, …) — model-repository code runs inside vLLM.
+const ENGINE_ENV_NAMES = new Set([
+  'PATH',
+  'HOME',
+  'USER',
+  'LOGNAME',
+  'SHELL',
+  'LANG',
+  'LANGUAGE',
+  'TZ',
+  'TMPDIR',
+  'TERM',
+  'LD_LIBRARY_PATH',
+  'PYTHONPATH',
+  'PYTHONHOME',
+  'PYTHONUNBUFFERED',
+  'VIRTUAL_ENV',
+  'OMP_NUM_THREADS',
+  'TOKENIZERS_PARALLELISM',
+  'HTTP_PROXY',
+  'HTTPS_PROXY',
+  'NO_PROXY',
+  'http_proxy',
+  'https_proxy',
+  'no_proxy',
+  'SSL_CERT_FILE',
+  'SSL_CERT_DIR',
+  'REQUESTS_CA_BUNDLE',
+]);
+const ENGINE_ENV_PREFIXES = [
+  'LC_',
+  'XDG_',
+  'HF_',
+  'HUGGING_FACE_',
+  'HUGGINGFACE_',
+  'TRANSFORMERS_',
+  'CUDA_',
+  'NVIDIA_',
+  'NCCL_',
+  'VLLM_',
+  'TORCH_',
+  'PYTORCH_',
+  'TRITON_',
+  'CONDA_',
+  'MKL_',
+  'SIM_',
+];
+
+/** The allow-listed part of `env` that engine processes get. */
+export function engineEnvironment(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(
+    Object.entries(env).filter(
+      ([name]) => ENGINE_ENV_NAMES.has(name) || ENGINE_ENV_PREFIXES.some((p) => name.startsWith(p)),
+    ),
+  );
+}
+
 /** The command that runs one replica: the engine simulator (default) or vLLM from PATH. */
 export function engineCommand(engine: 'sim' | 'vllm', env: NodeJS.ProcessEnv = process.env): EngineCommand {
   if (engine === 'sim') return { command: process.execPath, prefix: [cliPath] };
@@ -83,7 +142,7 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
     dataDir: config.BERTH_DATA_DIR,
     logMaxBytes: config.BERTH_LOCAL_LOG_MAX_BYTES,
     stopGraceMs: config.BERTH_LOCAL_STOP_GRACE_MS,
-    ...(o.env ? { env: o.env } : {}),
+    env: engineEnvironment(o.env ?? process.env),
     log,
     onRunning: (id, running) => meter.onRunning(id, running),
     termination: meter.termination,

@@ -1,0 +1,292 @@
+// Defects a hostile probe found (issue 21), each pinned by a test that failed before its fix: a
+// local-mode API on real PostgreSQL, probed the way an attacker or a careless client would.
+import { mkdtempSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ADMIN_TOKEN, bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+
+let dataDir: string;
+let api: TestApi;
+let acct: Awaited<ReturnType<TestApi['newAccount']>>;
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(path.join(tmpdir(), 'berth-probe-'));
+  api = await startTestApi({
+    BERTH_RUNTIME: 'local',
+    BERTH_DATA_DIR: dataDir,
+    BERTH_LOCAL_ENGINE_ARGS: '--ttft-ms 0 --itl-ms 0',
+    TRUST_PROXY: 'true',
+    PUBLIC_RATE_LIMIT_PER_ENDPOINT: '10',
+    PUBLIC_RATE_LIMIT_PER_CLIENT: '3',
+    BODY_TIMEOUT_MS: '1500',
+  });
+  acct = await api.newAccount();
+});
+
+afterAll(async () => {
+  await api?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const json = (key: string) => ({ ...bearer(key), 'content-type': 'application/json' });
+
+async function createEndpoint(body: Record<string, unknown> = {}): Promise<string> {
+  const res = await fetch(`${api.url}/api/endpoints`, {
+    method: 'POST',
+    headers: json(acct.compute),
+    body: JSON.stringify({
+      model: 'Qwen/Qwen2.5-0.5B-Instruct',
+      hardware: { gpuType: 'nvidia-l4-24gb', gpuCount: 1 },
+      ...body,
+    }),
+  });
+  expect(res.status).toBe(201);
+  return ((await res.json()) as { id: string }).id;
+}
+
+const chat = (id: string, headers: Record<string, string>) =>
+  fetch(`${api.url}/api/d/${id}/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-berth-hold': 'false', ...headers },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }),
+  });
+
+describe('item 1: one client cannot lock everyone out of a Public endpoint', () => {
+  it('requests the per-client limit refused do not count against the endpoint', async () => {
+    const id = await createEndpoint({ authMode: 'Public' });
+    const noisy = { 'x-forwarded-for': '203.0.113.7' };
+    const statuses = [];
+    for (let i = 0; i < 25; i++) statuses.push((await chat(id, noisy)).status);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(22);
+    // Another client still gets through (the endpoint is building: 503, not 429).
+    const other = await chat(id, { 'x-forwarded-for': '198.51.100.9' });
+    expect(other.status).not.toBe(429);
+    expect(other.headers.get('x-ratelimit-remaining-requests')).toBe('2');
+  });
+});
+
+describe('item 8: no key, no way to tell whether an endpoint id exists', () => {
+  it('answers 401 for an unknown id and a Private one alike', async () => {
+    const id = await createEndpoint();
+    const unknown = await chat('endpt-doesnotexist0', {});
+    const existing = await chat(id, {});
+    expect(unknown.status).toBe(401);
+    expect(existing.status).toBe(401);
+    expect(await unknown.json()).toEqual(await existing.json());
+    // With the owner's key the unknown id is a 404.
+    expect((await chat('endpt-doesnotexist0', bearer(acct.inference))).status).toBe(404);
+  });
+});
+
+describe('item 11: metric route labels keep the mount point on errors', () => {
+  it('labels a 401 on /api/keys as /api/keys', async () => {
+    expect((await fetch(`${api.url}/api/keys`)).status).toBe(401);
+    expect((await fetch(`${api.url}/api/keys`, { headers: bearer(acct.global) })).status).toBe(200);
+    const metrics = await (await fetch(`${api.url}/metrics`)).text();
+    expect(metrics).toMatch(/route="\/api\/keys",method="GET",status="401"/);
+    expect(metrics).not.toMatch(/route="\/keys"/);
+  });
+});
+
+/** A raw request: the bytes of the path and body exactly as given (fetch would re-encode them). */
+function raw(
+  method: string,
+  pathname: string,
+  headers: Record<string, string> = {},
+  body?: Buffer | string,
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(api.url);
+    const req = http.request({ host: u.hostname, port: u.port, method, path: pathname, headers }, (res) => {
+      let text = '';
+      res.setEncoding('utf8').on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const keyNames = async () =>
+  (
+    (await (await fetch(`${api.url}/api/keys`, { headers: bearer(acct.global) })).json()) as {
+      data: { name: string }[];
+    }
+  ).data.map((k) => k.name);
+
+const endpointIds = async () =>
+  (
+    (await (await fetch(`${api.url}/api/endpoints`, { headers: bearer(acct.global) })).json()) as {
+      data: { id: string }[];
+    }
+  ).data.map((e) => e.id);
+
+describe('item 6: client mistakes are 400s in the route’s shape, never 500, nothing stored', () => {
+  it.each([
+    ['NUL in a key name', '/api/keys', '{"name":"a\\u0000b","scope":"inference"}', 'name'],
+    ['a lone surrogate in a key name', '/api/keys', '{"name":"a\\ud800b","scope":"inference"}', 'name'],
+    [
+      'NUL in a pinned model',
+      '/api/keys',
+      '{"name":"p","scope":"inference","pinnedModel":"m\\u0000"}',
+      'pinnedModel',
+    ],
+    [
+      'a newline in a key name',
+      '/api/keys',
+      '{"name":"a\\n# event Normal Forged","scope":"inference"}',
+      'name',
+    ],
+    [
+      'a forged event line in an endpoint name',
+      '/api/endpoints',
+      '{"name":"a\\n# event Normal Forged","model":"Qwen/Qwen2.5-0.5B-Instruct","hardware":{"gpuType":"nvidia-l4-24gb","gpuCount":1}}',
+      'name',
+    ],
+    [
+      'NUL in a revision',
+      '/api/endpoints',
+      '{"revision":"main\\u0000","model":"Qwen/Qwen2.5-0.5B-Instruct","hardware":{"gpuType":"nvidia-l4-24gb","gpuCount":1}}',
+      'revision',
+    ],
+  ])('%s', async (_what, pathname, body, param) => {
+    const before = await keyNames();
+    const endpointsBefore = await endpointIds();
+    const res = await raw(
+      'POST',
+      pathname,
+      { ...json(acct.global), 'content-length': String(Buffer.byteLength(body)) },
+      body,
+    );
+    expect(res.status, res.text).toBe(400);
+    const error = JSON.parse(res.text) as { error: string; code: string };
+    expect(error.code).toBe('validation_error');
+    expect(error.error).toContain(param);
+    expect(await keyNames()).toEqual(before);
+    expect(await endpointIds()).toEqual(endpointsBefore);
+  });
+
+  it.each([
+    ['GET', '/api/endpoints/%ff%fe', 'simple'],
+    ['GET', '/api/endpoints/%', 'simple'],
+    ['DELETE', '/api/keys/%E0%A4%A', 'simple'],
+    ['GET', '/admin/accounts/%ff/keys', 'simple'],
+    ['POST', '/api/d/%E0%A4%A/chat/completions', 'openai'],
+  ])('malformed percent-encoding: %s %s', async (method, pathname, family) => {
+    const token = pathname.startsWith('/admin') ? ADMIN_TOKEN : acct.global;
+    const res = await raw(method, pathname, bearer(token));
+    expect(res.status, res.text).toBe(400);
+    const body = JSON.parse(res.text) as { error: unknown; message?: string };
+    if (family === 'openai') expect(body.message).toMatch(/percent-encoding/);
+    else expect(body.error).toMatch(/percent-encoding/);
+  });
+
+  it.each(['gzip', 'br', 'deflate'])('a %s body that does not decode is a 400', async (encoding) => {
+    const before = await keyNames();
+    const res = await raw(
+      'POST',
+      '/api/keys',
+      { ...json(acct.global), 'content-encoding': encoding, 'content-length': '12' },
+      'not-encoded!',
+    );
+    expect(res.status, res.text).toBe(400);
+    expect(JSON.parse(res.text)).toMatchObject({ code: 'invalid_json' });
+    expect(await keyNames()).toEqual(before);
+  });
+
+  it('a 100k-deep array in an unknown field on /api/d is a 400 in the OpenAI shape', async () => {
+    const id = await createEndpoint();
+    const body = `{"messages":[{"role":"user","content":"hi"}],"junk":${'['.repeat(100_000)}${']'.repeat(100_000)}}`;
+    const res = await raw(
+      'POST',
+      `/api/d/${id}/chat/completions`,
+      { ...json(acct.inference), 'content-length': String(body.length) },
+      body,
+    );
+    expect(res.status, res.text).toBe(400);
+    expect(JSON.parse(res.text)).toMatchObject({
+      error: { type: 'invalid_request_error', code: 'validation_error' },
+      message: expect.stringMatching(/nested/),
+    });
+  });
+});
+
+/** Sends `head` on a raw socket, then `drip` one byte at a time; resolves with what came back. */
+function dripping(head: string, dripMs = 100): Promise<{ text: string; ms: number }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(api.url);
+    const started = Date.now();
+    const socket = net.connect(Number(u.port), u.hostname, () => socket.write(head));
+    let text = '';
+    const timer = setInterval(() => socket.writable && socket.write('a'), dripMs);
+    socket.setEncoding('utf8').on('data', (d: string) => (text += d));
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      clearInterval(timer);
+      resolve({ text, ms: Date.now() - started });
+    });
+    setTimeout(() => {
+      clearInterval(timer);
+      socket.destroy();
+      reject(new Error(`still open after 10 s; got: ${text}`));
+    }, 10_000);
+  });
+}
+
+describe('item 3: bodies are read only after authentication, and only for so long', () => {
+  it.each([
+    ['a huge Content-Length', { 'content-type': 'application/json', 'content-length': '999999999' }, ''],
+    ['another media type', { 'content-type': 'text/plain', 'content-length': '5' }, 'hello'],
+    ['malformed JSON', { 'content-type': 'application/json', 'content-length': '5' }, '{"a":'],
+  ])('no key and %s: 401, not 400/413/415', async (_what, headers, body) => {
+    const res = await raw('POST', '/api/keys', headers, body);
+    expect(res.status, res.text).toBe(401);
+    expect(JSON.parse(res.text)).toEqual({
+      error: 'Missing or invalid Authorization header',
+      code: 'missing_authorization',
+    });
+  });
+
+  it('an unauthenticated client dripping a body gets 401 at once and its connection closed', async () => {
+    const { text, ms } = await dripping(
+      'POST /api/endpoints HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n',
+    );
+    expect(text).toMatch(/^HTTP\/1\.1 401 /);
+    expect(ms).toBeLessThan(2_000);
+  });
+
+  it('an authenticated client dripping a body is cut off after BODY_TIMEOUT_MS with 408', async () => {
+    const { text, ms } = await dripping(
+      `POST /api/keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${acct.global}\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n`,
+    );
+    expect(text).toMatch(/^HTTP\/1\.1 408 /);
+    expect(ms).toBeGreaterThanOrEqual(1_500);
+    expect(ms).toBeLessThan(4_000);
+  });
+});
+
+describe('item 12: unsupported methods are 405 method_not_allowed with Allow', () => {
+  it.each([
+    ['PUT', '/api/keys', 'GET, HEAD, POST', 'simple'],
+    ['PATCH', '/api/keys/key_x', 'DELETE', 'simple'],
+    ['DELETE', '/api/d/endpt-abc/chat/completions', 'POST', 'openai'],
+    ['POST', '/healthz', 'GET, HEAD', 'simple'],
+    ['PUT', '/admin/accounts', 'GET, HEAD, POST', 'simple'],
+  ])('%s %s', async (method, pathname, allow, family) => {
+    const token = pathname.startsWith('/admin') ? ADMIN_TOKEN : acct.global;
+    const res = await raw(method, pathname, bearer(token));
+    expect(res.status, res.text).toBe(405);
+    expect(res.headers.allow).toBe(allow);
+    const body = JSON.parse(res.text) as Record<string, unknown>;
+    if (family === 'openai')
+      expect(body).toMatchObject({ error: { code: 'method_not_allowed', type: 'invalid_request_error' } });
+    else expect(body).toMatchObject({ code: 'method_not_allowed' });
+  });
+
+  it('an unknown path is still 404', async () => {
+    expect((await raw('GET', '/api/nope', bearer(acct.global))).status).toBe(404);
+  });
+});
