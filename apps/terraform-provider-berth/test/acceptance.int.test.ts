@@ -24,6 +24,7 @@ const ACCEPTANCE_TESTS = [
   'TestAccDedicatedEndpoint_failedSurfacesReason',
   'TestAccDedicatedEndpoint_createTimeout',
   'TestAccDedicatedEndpoint_existingNeedsImport',
+  'TestAccDedicatedEndpoint_badInput',
   'TestAccProvider_auth',
 ];
 

@@ -330,3 +330,60 @@ data "berth_models" "all" {}`, url, global),
 		},
 	})
 }
+
+// Bad input is the API's error, at the apply that sends it, and changes nothing: an unknown
+// instance type creates no endpoint; min_replicas above max_replicas leaves the endpoint as it was.
+func TestAccDedicatedEndpoint_badInput(t *testing.T) {
+	const id = "endpt-tf-bad"
+	config := func(gpuType string, minReplicas int) string {
+		return fmt.Sprintf(`
+resource "berth_dedicated_endpoint" "test" {
+  id       = %q
+  model    = "org/small"
+  hardware = { gpu_type = %q }
+  scaling  = { min_replicas = %d, max_replicas = 1 }
+}`, id, gpuType, minReplicas)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 preCheck(t),
+		ProtoV6ProviderFactories: factories,
+		CheckDestroy:             checkGone(id),
+		Steps: []resource.TestStep{
+			{
+				Config:      config("nvidia-nope-1gb", 0),
+				ExpectError: regexp.MustCompile(`(?s)Cannot create the endpoint.*Invalid request body: hardware.gpuType:.*\(HTTP\s+400,\s+validation_error\)`),
+			},
+			{
+				PreConfig: func() {
+					if _, err := testClient().GetEndpoint(context.Background(), id); !IsStatus(err, http.StatusNotFound) {
+						t.Fatalf("a refused create left endpoint %s behind (GET: %v)", id, err)
+					}
+				},
+				Config: config("nvidia-l4-24gb", 0),
+				Check: checkAPI(id, func(e *Endpoint) error {
+					if e.Generation != 1 || e.Scaling.MinReplicas != 0 {
+						return fmt.Errorf("API: generation %d, minReplicas %d", e.Generation, e.Scaling.MinReplicas)
+					}
+					return nil
+				}),
+			},
+			{
+				Config:      config("nvidia-l4-24gb", 2),
+				ExpectError: regexp.MustCompile(`(?s)Cannot update endpoint endpt-tf-bad.*Invalid request body:\s+scaling.minReplicas:\s+must\s+be\s+less\s+than\s+or\s+equal\s+to\s+scaling.maxReplicas\s+\(1\)`),
+			},
+			{
+				// The refused change left the endpoint and the state as they were: nothing to apply.
+				Config: config("nvidia-l4-24gb", 0),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: checkAPI(id, func(e *Endpoint) error {
+					if e.Generation != 1 || e.Scaling.MinReplicas != 0 {
+						return fmt.Errorf("API: generation %d, minReplicas %d", e.Generation, e.Scaling.MinReplicas)
+					}
+					return nil
+				}),
+			},
+		},
+	})
+}
