@@ -203,6 +203,7 @@ export async function startApi(
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
+      keyQuota: config.BERTH_QUOTA_KEYS,
       outageGraceMs: config.KEY_OUTAGE_GRACE_MS,
       isOutage: (err) => databaseUnavailable(err) !== undefined,
     });
