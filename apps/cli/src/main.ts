@@ -93,9 +93,7 @@ program
 const endpoints = program.command('endpoints').alias('ep').description('Dedicated endpoints');
 endpoints
   .command('list')
-  .action(async () =>
-    print(fmt(), (await client().call('get', '/api/endpoints')).data.data, endpointColumns),
-  );
+  .action(async () => print(fmt(), await client().listAll('/api/endpoints'), endpointColumns));
 endpoints
   .command('get <id>')
   .action(async (e: string) =>

@@ -101,7 +101,7 @@ export const api = {
   createKey: (body: Body<'/api/keys', 'post'>) => json<CreatedKey>('/api/keys', send('POST', body)),
   revokeKey: (id: string) =>
     json<Answer<'/api/keys/{id}', 'delete'>>(`/api/keys/${encodeURIComponent(id)}`, send('DELETE')),
-  endpoints: () => json<Answer<'/api/endpoints', 'get'>>('/api/endpoints'),
+  endpoints: () => everyPage<Endpoint>('/api/endpoints'),
   endpoint: (id: string) => json<Endpoint>(`/api/endpoints/${encodeURIComponent(id)}`),
   createEndpoint: (body: Body<'/api/endpoints', 'post'>) =>
     json<Answer<'/api/endpoints', 'post'>>('/api/endpoints', send('POST', body)),
