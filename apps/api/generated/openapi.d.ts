@@ -437,14 +437,18 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List the account's keys (never their values)
-         * @description Key scopes allowed: global.
+         * List the account's keys (never their values), oldest first, a page at a time
+         * @description Query: `limit` (1–100, default 100) and `after` (the `last_id` of the previous page). Revoked keys are listed too.
+         *
+         *     Key scopes allowed: global.
          */
         get: operations["getKeys"];
         put?: never;
         /**
          * Create an API key
-         * @description Key scopes allowed: global.
+         * @description An account holds at most BERTH_QUOTA_KEYS active keys (default 100): beyond it, 403 `quota_exceeded`, and no key is created. Revoked keys do not count.
+         *
+         *     Key scopes allowed: global.
          */
         post: operations["postKeys"];
         delete?: never;
@@ -799,8 +803,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * List the account's endpoints, including those created with kubectl
-         * @description Key scopes allowed: compute, global.
+         * List the account's endpoints, including those created with kubectl, oldest first, a page at a time
+         * @description Query: `limit` (1–100, default 100) and `after` (the `last_id` of the previous page). An `after` endpoint deleted since is a 400: start again without it.
+         *
+         *     Key scopes allowed: compute, global.
          */
         get: operations["getEndpoints"];
         put?: never;
@@ -2399,20 +2405,27 @@ export interface operations {
     };
     getKeys: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description How many items a page holds, 1–100 (default 100) */
+                limit?: number;
+                /** @description The `last_id` of the previous page: this page starts after that item */
+                after?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description Keys, oldest first */
+            /** @description One page of keys, oldest first */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
+                        /** @constant */
+                        object: "list";
                         data: {
                             /** @description Key id (`key_…`), used to revoke it */
                             id: string;
@@ -2431,6 +2444,24 @@ export interface operations {
                             lastUsedAt: string | null;
                             revokedAt: string | null;
                         }[];
+                        /** @description Whether another page follows: ask for it with `after` = `last_id` */
+                        has_more: boolean;
+                        /** @description Id of the first item; null on an empty page */
+                        first_id: string | null;
+                        /** @description Id of the last item; null on an empty page */
+                        last_id: string | null;
+                    };
+                };
+            };
+            /** @description `limit` or `after` is invalid (named in the message) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -2533,7 +2564,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The key is not a global key */
+            /** @description The key is not a global key, or `quota_exceeded`: the account already has as many active keys as its quota allows (the message names usage, limit and how to raise it) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4063,20 +4094,27 @@ export interface operations {
     };
     getEndpoints: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description How many items a page holds, 1–100 (default 100) */
+                limit?: number;
+                /** @description The `last_id` of the previous page: this page starts after that item */
+                after?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description Endpoints */
+            /** @description One page of endpoints, oldest first */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
+                        /** @constant */
+                        object: "list";
                         data: {
                             /** @description `endpt-…`; the path segment of /api/d/{id}/… */
                             id: string;
@@ -4124,6 +4162,24 @@ export interface operations {
                             createdAt: string | null;
                             lastTransitionTime: string | null;
                         }[];
+                        /** @description Whether another page follows: ask for it with `after` = `last_id` */
+                        has_more: boolean;
+                        /** @description Id of the first item; null on an empty page */
+                        first_id: string | null;
+                        /** @description Id of the last item; null on an empty page */
+                        last_id: string | null;
+                    };
+                };
+            };
+            /** @description `limit` or `after` is invalid (named in the message) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };

@@ -18,6 +18,7 @@ import type { ElasticCatalog } from './elastic/catalog.ts';
 import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
+import type { AccountLock, Quotas } from './quotas.ts';
 import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
@@ -67,6 +68,10 @@ export interface AppDeps {
     limiter: RateLimiter;
     /** Per-endpoint series on /metrics. */
     metrics?: EndpointMetrics;
+    /** Per-account limits on endpoints and GPUs (none when absent). */
+    quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+    /** Serializes an account's endpoint writes across API replicas (default: within this process). */
+    accountLock?: AccountLock;
   };
   /** Elastic inference: the catalog and the call path (absent: no Elastic routes). */
   elastic?: { catalog: ElasticCatalog; caller: ElasticCaller };
@@ -193,6 +198,8 @@ export function createApp(deps: AppDeps): express.Express {
       endpoints: ep.runtime.endpoints,
       logs: ep.runtime.logs,
       upstream: ep.upstream,
+      ...(ep.quotas ? { quotas: ep.quotas } : {}),
+      ...(ep.accountLock ? { lock: ep.accountLock } : {}),
     });
     registerDedicatedRoutes(routes, {
       endpoints: ep.runtime.endpoints,
