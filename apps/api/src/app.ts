@@ -33,6 +33,7 @@ import type { DashboardAuth } from './auth/index.ts';
 import { DEV_IDP_PATH } from './auth/index.ts';
 import { apiSessions } from './auth/session.ts';
 import { registerAuthRoutes } from './routes/auth.ts';
+import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
@@ -117,6 +118,7 @@ export function createApp(deps: AppDeps): express.Express {
   );
   opsRoutes.refuseOtherMethods();
   app.use(ops);
+  app.use(docsApp());
 
   const admin = express.Router();
   admin.use(requireAdmin(deps.adminToken), ...jsonBody(deps.config.MAX_BODY_BYTES));
