@@ -625,6 +625,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/olympus/policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account’s Olympus routing policy (defaults when never set)
+         * @description Key scopes allowed: inference, global.
+         */
+        get: operations["getOlympusPolicy"];
+        /**
+         * Replace the account’s Olympus routing policy
+         * @description Key scopes allowed: global.
+         */
+        put: operations["putOlympusPolicy"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/olympus/route": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Dry run: which catalog model Olympus would choose for this request now, and why
+         * @description Key scopes allowed: inference, global.
+         */
+        post: operations["postOlympusRoute"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/hardware": {
         parameters: {
             query?: never;
@@ -3225,6 +3269,290 @@ export interface operations {
                     "application/json": {
                         error: string;
                         code?: string;
+                    };
+                };
+            };
+        };
+    };
+    getOlympusPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        allowed_models: string[];
+                        /** @enum {string} */
+                        objective: "cost" | "latency" | "quality";
+                        routes: {
+                            name: string;
+                            model: string;
+                            examples: string[];
+                        }[];
+                        updated_at: string | null;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Wrong scope */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+        };
+    };
+    putOlympusPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Models Olympus may choose; empty: every catalog model
+                     * @default []
+                     */
+                    allowed_models?: string[];
+                    /**
+                     * @default cost
+                     * @enum {string}
+                     */
+                    objective?: "cost" | "latency" | "quality";
+                    /**
+                     * @description Prompts like these examples go to that model (embedding similarity)
+                     * @default []
+                     */
+                    routes?: {
+                        name: string;
+                        model: string;
+                        examples: string[];
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description The stored policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        allowed_models: string[];
+                        /** @enum {string} */
+                        objective: "cost" | "latency" | "quality";
+                        routes: {
+                            name: string;
+                            model: string;
+                            examples: string[];
+                        }[];
+                        updated_at: string | null;
+                    };
+                };
+            };
+            /** @description Invalid body (the field is named in `param` and the message) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Wrong scope */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+        };
+    };
+    postOlympusRoute: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The Elastic route the request would go to
+                     * @default chat/completions
+                     * @enum {string}
+                     */
+                    endpoint?: "chat/completions" | "completions" | "responses";
+                    max_tokens?: number;
+                    max_completion_tokens?: number;
+                    max_output_tokens?: number;
+                    tools?: unknown[];
+                    stream?: boolean;
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description The choice (nothing is called or charged) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The catalog model Olympus would call now */
+                        model: string;
+                        /** @description `cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down or must wake) */
+                        reason: string;
+                        /** @enum {string} */
+                        objective: "cost" | "latency" | "quality";
+                        /** @description The catalog models that fit the request and the policy */
+                        considered: string[];
+                    };
+                };
+            };
+            /** @description `olympus_not_enabled`, an invalid body (the field is named), or no model fits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Wrong scope */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Every model that fits is cooling down after a 429 */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
                     };
                 };
             };

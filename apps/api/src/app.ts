@@ -162,7 +162,15 @@ export function createApp(deps: AppDeps): express.Express {
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
-  if (deps.olympus) registerOlympusRoutes(routes, { olympus: deps.olympus });
+  const olympusDeps =
+    deps.olympus && deps.tools ? { tools: deps.tools.tools, policies: deps.olympus } : undefined;
+  if (deps.olympus)
+    registerOlympusRoutes(routes, {
+      olympus: deps.olympus,
+      ...(deps.elastic && deps.tools
+        ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
+        : {}),
+    });
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   const c = deps.config;
@@ -178,6 +186,7 @@ export function createApp(deps: AppDeps): express.Express {
     registerElasticRoutes(routes, {
       ...deps.elastic,
       requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
+      ...(olympusDeps ? { olympus: olympusDeps } : {}),
       ...(ep
         ? {
             dedicated: {
