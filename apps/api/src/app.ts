@@ -39,6 +39,7 @@ import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
+import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -85,6 +86,8 @@ export interface AppDeps {
   tools?: ToolRouteDeps;
   /** Olympus policies: absent in tests that do not need them. */
   olympus?: OlympusRepository;
+  /** Chronos, scheduled runs: absent in tests that do not need them. */
+  chronos?: ChronosRouteDeps;
   adminToken: string;
   keys: KeyService;
   /** GET /admin/accounts (absent in tests that do not need it). */
@@ -171,6 +174,7 @@ export function createApp(deps: AppDeps): express.Express {
         ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
         : {}),
     });
+  if (deps.chronos) registerChronosRoutes(routes, deps.chronos);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   const c = deps.config;
