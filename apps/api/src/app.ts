@@ -69,7 +69,7 @@ export interface AppDeps {
     /** Per-endpoint series on /metrics. */
     metrics?: EndpointMetrics;
     /** Per-account limits on endpoints and GPUs (none when absent). */
-    quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+    quotas?: (accountId: string) => Promise<Pick<Quotas, 'endpoints' | 'gpus'>>;
     /** Serializes an account's endpoint writes across API replicas (default: within this process). */
     accountLock?: AccountLock;
   };
@@ -89,6 +89,8 @@ export interface AppDeps {
   keys: KeyService;
   /** GET /admin/accounts (absent in tests that do not need it). */
   accounts?: AccountRepository;
+  /** The BERTH_QUOTA_* defaults, for /admin/accounts/{id}/quotas (absent: no such route). */
+  quotaDefaults?: Quotas;
   health: HealthRepository;
   metrics: ApiMetrics;
   logger: Logger;
