@@ -13,6 +13,7 @@ import type { AccountRepository } from './repositories/accounts.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerHealthRoutes, type Lifecycle } from './routes/health.ts';
 import { registerKeyRoutes } from './routes/keys.ts';
+import { registerQuotaRoutes } from './routes/quotas.ts';
 import { registerCatalogAdminRoutes, registerElasticRoutes } from './routes/elastic.ts';
 import type { ElasticCatalog } from './elastic/catalog.ts';
 import type { ElasticCaller } from './elastic/call.ts';
@@ -162,6 +163,13 @@ export function createApp(deps: AppDeps): express.Express {
   // Each route reads its body only once the caller is authenticated (Routes puts it after the key).
   const routes = new Routes(api, doc, '/api', deps.keys, jsonBody(deps.config.MAX_BODY_BYTES));
   registerKeyRoutes(routes, deps);
+  if (deps.accounts && deps.quotaDefaults)
+    registerQuotaRoutes(routes, {
+      keys: deps.keys,
+      accounts: deps.accounts,
+      defaults: deps.quotaDefaults,
+      ...(deps.endpoints ? { endpoints: deps.endpoints.runtime.endpoints } : {}),
+    });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
   if (deps.olympus) registerOlympusRoutes(routes, { olympus: deps.olympus });

@@ -79,6 +79,12 @@ describe('endpoint quota (BERTH_QUOTA_ENDPOINTS)', () => {
     );
     const listed = await (await send('GET', '/api/endpoints', acct.compute)).json();
     expect(listed.data).toHaveLength(5);
+    expect(await (await send('GET', '/api/quotas', acct.compute)).json()).toEqual({
+      object: 'quotas',
+      keys: { limit: 100, usage: 3 },
+      endpoints: { limit: ENDPOINT_QUOTA, usage: 5 },
+      gpus: { limit: GPU_QUOTA, usage: 5 },
+    });
 
     // A PUT of an endpoint that exists is no creation: still allowed at the quota.
     const existing = answers.find((a) => a.status === 201)!.body.id as string;

@@ -120,6 +120,19 @@ describe('per-account overrides (PATCH /admin/accounts/{id}/quotas)', () => {
     expect((await keyRows(acct.id)).active).toBe(10);
     const reset = await (await quotas(acct.id, { keys: null })).json();
     expect(reset).toMatchObject({ limits: defaults, overrides: { keys: null } });
+
+    // The account sees its limits and usage (GET /api/quotas); an inference key may not.
+    expect((await quotas(acct.id, { keys: 12 })).status).toBe(200);
+    const own = await fetch(`${api.url}/api/quotas`, { headers: bearer(acct.global) });
+    expect(own.status).toBe(200);
+    expect(await own.json()).toEqual({
+      object: 'quotas',
+      keys: { limit: 12, usage: 10 },
+      endpoints: { limit: 20, usage: 0 },
+      gpus: { limit: 64, usage: 0 },
+    });
+    const inference = await fetch(`${api.url}/api/quotas`, { headers: bearer(acct.inference) });
+    expect(inference.status).toBe(403);
   });
 
   it('bad bodies and unknown accounts change nothing', async () => {
