@@ -1,8 +1,10 @@
 // Elastic inference on the real control plane: catalog entries whose backends are dedicated endpoints
 // of a platform account (reconciled by the operator on kwok, each pod served by an engine simulator),
 // called by another account with the official OpenAI SDK at `<berth>/api` — chat (stream and not),
-// embeddings, responses (stream and not), fallback on 429 to a second entry, a hibernated platform
-// pool woken by an Elastic call, and the usage rows charged equal to the simulators' own counts.
+// completions, embeddings, responses (stream and not), /api/b with a pinned key, unknown model,
+// compute key, fallback on 429 to a second entry, a stream cut by the client and one cut by a
+// revocation, a hibernated platform pool woken by an Elastic call, and the usage rows charged equal
+// to the simulators' own counts.
 import { randomUUID } from 'node:crypto';
 import OpenAI from 'openai';
 import type { EngineSimHandle } from '@berth/engine-sim';
@@ -178,6 +180,50 @@ describe('Elastic models served by platform endpoints on the control plane', () 
     expect(events.at(-1)).toBe('response.completed');
   });
 
+  it('completions; /api/b with a pinned key vs an unpinned one; unknown model 404; a compute key 403', async () => {
+    const c = await client.completions.create({ model: 'small', prompt: 'Once upon a time', max_tokens: 5 });
+    expect(c.usage!.completion_tokens).toBe(5);
+
+    const made = await api.admin(`/admin/accounts/${user.id}/keys`, {
+      method: 'POST',
+      body: JSON.stringify({ name: 'pinned', scope: 'inference', pinnedModel: 'spare' }),
+    });
+    expect(made.status).toBe(201);
+    const pinned = new OpenAI({
+      baseURL: api.url + '/api/b',
+      apiKey: ((await made.json()) as { value: string }).value,
+      maxRetries: 0,
+    });
+    const a = await pinned.chat.completions
+      .create({ model: 'small', messages: [{ role: 'user', content: 'x' }] })
+      .withResponse();
+    expect(a.response.headers.get('x-berth-model')).toBe('spare');
+    const unpinned = new OpenAI({ baseURL: api.url + '/api/b', apiKey: user.inference, maxRetries: 0 });
+    const b = await unpinned.chat.completions
+      .create({ model: 'small', messages: [{ role: 'user', content: 'x' }] })
+      .withResponse();
+    expect(b.response.headers.get('x-berth-model')).toBe('small');
+
+    const unknown = await fetch(api.url + '/api/chat/completions', {
+      method: 'POST',
+      headers: json(user.inference),
+      body: JSON.stringify({ model: 'nope', messages: [{ role: 'user', content: 'x' }] }),
+    });
+    expect(unknown.status).toBe(404);
+    expect((await unknown.json()).error).toMatchObject({
+      message: 'The model `nope` does not exist',
+      code: 'model_not_found',
+    });
+    const compute = await new OpenAI({
+      baseURL: api.url + '/api',
+      apiKey: user.compute,
+      maxRetries: 0,
+    }).chat.completions
+      .create({ model: 'small', messages: [{ role: 'user', content: 'x' }] })
+      .catch((e: unknown) => e);
+    expect(compute).toBeInstanceOf(OpenAI.PermissionDeniedError);
+  });
+
   it('the main pool at capacity (429): the call falls back to the spare entry, and says so', async () => {
     const [sim] = engines.forEndpoint(main);
     sim!.configure({ capacity: 0 });
@@ -220,9 +266,10 @@ describe('Elastic models served by platform endpoints on the control plane', () 
       prompt: spareNow.prompt - before.get(spare)!.prompt,
       completion: spareNow.generation - before.get(spare)!.generation,
     });
-    // small: chat, stream, raw stream, two responses; spare: the call that fell back.
-    expect(u.get('small')!.requests).toBe(5);
-    expect(u.get('spare')!.requests).toBe(1);
+    // small: chat, stream, raw stream, two responses, a completion, /api/b unpinned; spare: the
+    // pinned key's call and the call that fell back.
+    expect(u.get('small')!.requests).toBe(7);
+    expect(u.get('spare')!.requests).toBe(2);
     expect(u.get('small-embed')).toMatchObject({ requests: 1, completion: 0 });
     // 1.00 per million input tokens, 2.00 per million output tokens, in micro-dollars, rounded up per call.
     for (const row of u.values()) {
@@ -288,6 +335,51 @@ describe('Elastic models served by platform endpoints on the control plane', () 
     expect(cut.completion, `charged ${cut.completion}, engine generated ${generated}`).toBeLessThanOrEqual(
       generated,
     );
+  });
+
+  it('a key revoked mid-stream: the SDK raises 401 Invalid API key, and what was generated is charged', async () => {
+    const made = await (
+      await fetch(api.url + '/api/keys', {
+        method: 'POST',
+        headers: json(user.global),
+        body: JSON.stringify({ name: 'short-lived', scope: 'inference' }),
+      })
+    ).json();
+    const stream = await new OpenAI({
+      baseURL: api.url + '/api',
+      apiKey: made.value,
+      maxRetries: 0,
+    }).chat.completions.create({
+      model: 'small',
+      messages: [{ role: 'user', content: 'a long story' }],
+      stream: true,
+      max_tokens: 4000,
+      ...({ ignore_eos: true } as object),
+    });
+    let received = 0;
+    const err = await (async () => {
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.delta.content) received++;
+        if (received === 5) {
+          const del = await fetch(`${api.url}/api/keys/${made.id}`, {
+            method: 'DELETE',
+            headers: bearer(user.global),
+          });
+          expect(del.status).toBe(200);
+        }
+      }
+    })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect((err as Error).message).toContain('Invalid API key');
+    expect(received).toBeLessThan(4000);
+    await api.billing.wallet.flush();
+    const [row] = await sql<{ completion: number }>(
+      api.db.url,
+      'SELECT sum(completion_tokens)::int AS completion FROM metered_usage WHERE key_id = $1',
+      [made.id],
+    );
+    expect(row!.completion).toBeGreaterThanOrEqual(received);
+    expect(row!.completion).toBeLessThan(4000);
   });
 
   it('an Elastic call wakes a hibernated platform pool, held until it is up, and is metered', async () => {
