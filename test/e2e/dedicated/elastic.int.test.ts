@@ -3,13 +3,14 @@
 // called by another account with the official OpenAI SDK at `<berth>/api` — chat (stream and not),
 // completions, embeddings, responses (stream and not), /api/b with a pinned key, unknown model,
 // compute key, fallback on 429 to a second entry, a stream cut by the client and one cut by a
-// revocation, a hibernated platform pool woken by an Elastic call, and the usage rows charged equal
-// to the simulators' own counts.
+// revocation, a hibernated platform pool woken by an Elastic call, the wall-clock limit (on a second
+// API replica), and the usage rows charged equal to the simulators' own counts.
 import { randomUUID } from 'node:crypto';
 import OpenAI from 'openai';
 import type { EngineSimHandle } from '@berth/engine-sim';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { bearer } from '../../support/api.ts';
+import { kubeconfigPath } from '../../cluster/env.ts';
+import { bearer, startTestApi } from '../../support/api.ts';
 import { eventually } from '../../support/eventually.ts';
 import { sql } from '../../support/postgres.ts';
 import {
@@ -18,6 +19,7 @@ import {
   other as user,
   engines,
   json,
+  ns,
   provision,
   waitStatus,
   useDedicatedEndpoints,
@@ -313,7 +315,7 @@ describe('Elastic models served by platform endpoints on the control plane', () 
     let received = 0;
     while (received < 20) {
       const { value } = await reader.read();
-      received += (decoder.decode(value).match(/"content":"/g) ?? []).length;
+      received += (decoder.decode(value).match(/"content":"[^"]/g) ?? []).length;
     }
     controller.abort();
     await eventually(() => expect(sim!.metrics.running).toBe(0), { timeout: 5000 });
@@ -414,4 +416,50 @@ describe('Elastic models served by platform endpoints on the control plane', () 
       { timeout: 10_000 },
     );
   }, 200_000);
+  it('the wall-clock limit on another API replica: an error frame naming it, then [DONE]; the tokens so far charged', async () => {
+    // A second replica on the same database and namespace, with a 1.5 s wall clock per request.
+    const replica = await startTestApi(
+      {
+        KUBECONFIG: kubeconfigPath(),
+        BERTH_NAMESPACE: ns.name,
+        REQUEST_TIMEOUT_MS: '1500',
+        BILLING_FLUSH_INTERVAL_MS: '200',
+      },
+      api.db,
+    );
+    try {
+      await eventually(() => expect(replica.runtime!.backends.addresses(main).length).toBe(1), {
+        timeout: 30_000,
+      });
+      const prior = (await usage()).get('small')!;
+      const started = Date.now();
+      const res = await fetch(replica.url + '/api/chat/completions', {
+        method: 'POST',
+        headers: json(user.inference),
+        body: JSON.stringify({
+          model: 'small',
+          messages: [{ role: 'user', content: 'a long story' }],
+          stream: true,
+          max_tokens: 4000,
+          ignore_eos: true,
+        }),
+      });
+      expect(res.status).toBe(200);
+      const events = (await res.text()).split('\n\n').filter(Boolean);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(1400);
+      expect(events.at(-1)).toBe('data: [DONE]');
+      expect(JSON.parse(events.at(-2)!.slice(6))).toMatchObject({
+        error: { code: 'gateway_timeout', message: 'The request exceeded the wall-clock limit of 1.5 s' },
+      });
+      const received = events.filter((e) => /"content":"[^"]/.test(e)).length;
+      expect(received).toBeGreaterThan(0);
+      await replica.billing.wallet.flush();
+      const now = (await usage()).get('small')!;
+      expect(now.requests).toBe(prior.requests + 1);
+      expect(now.completion - prior.completion).toBeGreaterThanOrEqual(received);
+      expect(now.completion - prior.completion).toBeLessThan(4000);
+    } finally {
+      await replica.stop();
+    }
+  }, 60_000);
 });
