@@ -696,7 +696,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic chat completion (streaming with `stream: true`)
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -718,7 +718,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic chat completion; a key's pinned model overrides `model`
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -740,7 +740,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic text completion
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -762,7 +762,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic embeddings
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -784,7 +784,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic Responses API (as vLLM serves it)
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -3595,7 +3595,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3646,7 +3646,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3699,6 +3699,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3736,7 +3753,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3787,7 +3804,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3840,6 +3857,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3877,7 +3911,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3928,7 +3962,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3981,6 +4015,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4018,7 +4069,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4069,7 +4120,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4122,6 +4173,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4159,7 +4227,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4210,7 +4278,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4263,6 +4331,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

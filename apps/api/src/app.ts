@@ -180,6 +180,15 @@ export function createApp(deps: AppDeps): express.Express {
       ...deps.elastic,
       requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
       ...(olympusDeps ? { olympus: olympusDeps } : {}),
+      ...(deps.tools && deps.billing
+        ? {
+            managed: {
+              tools: deps.tools.tools,
+              wallet: deps.billing.wallet,
+              ...(deps.tools.sealer ? { sealer: deps.tools.sealer } : {}),
+            },
+          }
+        : {}),
       ...(ep
         ? {
             dedicated: {
