@@ -18,6 +18,7 @@ import type { ElasticCatalog } from './elastic/catalog.ts';
 import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
+import type { AccountLock, Quotas } from './quotas.ts';
 import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
@@ -33,10 +34,12 @@ import type { DashboardAuth } from './auth/index.ts';
 import { DEV_IDP_PATH } from './auth/index.ts';
 import { apiSessions } from './auth/session.ts';
 import { registerAuthRoutes } from './routes/auth.ts';
+import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
+import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -66,6 +69,10 @@ export interface AppDeps {
     limiter: RateLimiter;
     /** Per-endpoint series on /metrics. */
     metrics?: EndpointMetrics;
+    /** Per-account limits on endpoints and GPUs (none when absent). */
+    quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+    /** Serializes an account's endpoint writes across API replicas (default: within this process). */
+    accountLock?: AccountLock;
   };
   /** Elastic inference: the catalog and the call path (absent: no Elastic routes). */
   elastic?: { catalog: ElasticCatalog; caller: ElasticCaller };
@@ -79,6 +86,8 @@ export interface AppDeps {
   tools?: ToolRouteDeps;
   /** Olympus policies: absent in tests that do not need them. */
   olympus?: OlympusRepository;
+  /** Chronos, scheduled runs: absent in tests that do not need them. */
+  chronos?: ChronosRouteDeps;
   adminToken: string;
   keys: KeyService;
   /** GET /admin/accounts (absent in tests that do not need it). */
@@ -117,6 +126,7 @@ export function createApp(deps: AppDeps): express.Express {
   );
   opsRoutes.refuseOtherMethods();
   app.use(ops);
+  app.use(docsApp());
 
   const admin = express.Router();
   admin.use(requireAdmin(deps.adminToken), ...jsonBody(deps.config.MAX_BODY_BYTES));
@@ -164,6 +174,7 @@ export function createApp(deps: AppDeps): express.Express {
         ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
         : {}),
     });
+  if (deps.chronos) registerChronosRoutes(routes, deps.chronos);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   const c = deps.config;
@@ -209,6 +220,8 @@ export function createApp(deps: AppDeps): express.Express {
       endpoints: ep.runtime.endpoints,
       logs: ep.runtime.logs,
       upstream: ep.upstream,
+      ...(ep.quotas ? { quotas: ep.quotas } : {}),
+      ...(ep.accountLock ? { lock: ep.accountLock } : {}),
     });
     registerDedicatedRoutes(routes, {
       endpoints: ep.runtime.endpoints,

@@ -45,6 +45,11 @@ const table = {
     type: 'insufficient_quota',
     message: 'Insufficient balance / payment required',
   },
+  quota_exceeded: {
+    status: 403,
+    type: 'permission_error',
+    message: 'An account quota would be exceeded',
+  },
   tool_not_allowed: {
     status: 403,
     type: 'permission_error',
@@ -56,6 +61,17 @@ const table = {
     type: 'invalid_request_error',
     message:
       'Olympus is not enabled for this API key. Enable it via POST /api/tools with tool_id = "olympus", or adjust the key\'s tool pin.',
+  },
+  chronos_not_enabled: {
+    status: 403,
+    type: 'permission_error',
+    message:
+      'Chronos is not enabled for this account. Enable it via POST /api/tools with tool_id = "chronos".',
+  },
+  chronos_disabled: {
+    status: 403,
+    type: 'permission_error',
+    message: 'Chronos is turned off on this platform (CHRONOS_ENABLED=false); existing runs are kept',
   },
   builtin_tool: {
     status: 409,

@@ -18,7 +18,7 @@ import { createMetrics } from './metrics.ts';
 import { endpointMetrics, type EndpointMetrics } from './endpoints/metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
-import { accountRepository } from './repositories/accounts.ts';
+import { accountRepository, databaseAccountLock } from './repositories/accounts.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
 import {
@@ -44,6 +44,8 @@ import { toolRepository } from './repositories/tools.ts';
 import { olympusRepository } from './repositories/olympus.ts';
 import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 import { startElastic, type Elastic } from './elastic/index.ts';
+import { startChronos, type Chronos } from './chronos/index.ts';
+import { chronosRepository } from './chronos/repository.ts';
 
 export interface RunningApi {
   url: string;
@@ -117,6 +119,7 @@ export async function startApi(
   let gpuMeter: Leadership | undefined;
   let auth: DashboardAuth | undefined;
   let elastic: Elastic | undefined;
+  let chronos: Chronos | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const metrics = createMetrics();
@@ -194,6 +197,29 @@ export async function startApi(
       ...(secrets ? { sealer: secrets } : {}),
       ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
     });
+    const tools = toolRepository(db.prisma);
+    const olympus = olympusRepository(db.prisma);
+    chronos = await startChronos({
+      jobs: billing.jobs,
+      repo: chronosRepository(db.prisma),
+      steps: {
+        wallet: billing.wallet,
+        catalog: elastic.catalog,
+        caller: elastic.caller,
+        tools,
+        olympus,
+        logger,
+        ...(secrets ? { sealer: secrets } : {}),
+      },
+      config: {
+        enabled: config.CHRONOS_ENABLED,
+        fee: config.CHRONOS_RUN_FEE,
+        stepTimeoutMs: config.CHRONOS_STEP_TIMEOUT_MS,
+        concurrency: config.CHRONOS_CONCURRENCY,
+        pollSeconds: config.CHRONOS_POLL_SECONDS,
+      },
+      logger,
+    });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -203,6 +229,7 @@ export async function startApi(
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
+      keyQuota: config.BERTH_QUOTA_KEYS,
       outageGraceMs: config.KEY_OUTAGE_GRACE_MS,
       isOutage: (err) => databaseUnavailable(err) !== undefined,
     });
@@ -220,14 +247,28 @@ export async function startApi(
       catalog,
       endpoints:
         runtime && upstream && dispatcher && usage && limiter
-          ? { runtime, upstream, dispatcher, usage, limiter, ...(epMetrics ? { metrics: epMetrics } : {}) }
+          ? {
+              runtime,
+              upstream,
+              dispatcher,
+              usage,
+              limiter,
+              ...(epMetrics ? { metrics: epMetrics } : {}),
+              quotas: { endpoints: config.BERTH_QUOTA_ENDPOINTS, gpus: config.BERTH_QUOTA_GPUS },
+              // On Kubernetes several API replicas may write one account's endpoints: the lock is
+              // the database's. Local endpoints have one process, and its lock is enough.
+              ...(kind === 'kubernetes' && db.kind !== 'embedded'
+                ? { accountLock: databaseAccountLock(db.prisma) }
+                : {}),
+            }
           : undefined,
       billing,
       auth,
       webDir: WEB_DIR,
-      tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
+      tools: { tools, ...(secrets ? { sealer: secrets } : {}) },
       elastic,
-      olympus: olympusRepository(db.prisma),
+      olympus,
+      chronos: { chronos, tools, catalog: elastic.catalog, wallet: billing.wallet },
     });
 
     // Aborted when SHUTDOWN_GRACE_MS is up: proxied calls still running end with an SSE error frame
@@ -260,6 +301,7 @@ export async function startApi(
     const meter = gpuMeter;
     const au = auth;
     const el = elastic;
+    const chr = chronos;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -296,6 +338,7 @@ export async function startApi(
           await d?.close();
           await u?.close();
           await l?.close();
+          await chr.close();
           await el.close();
           await bill.close();
           au.close();
@@ -314,6 +357,7 @@ export async function startApi(
     await dispatcher?.close();
     await usage?.close();
     await limiter?.close();
+    await chronos?.close();
     await elastic?.close();
     await billing?.close();
     auth?.close();
