@@ -56,6 +56,7 @@ export interface AppDeps {
         | 'PROXY_RETRIES'
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
+        | 'MANAGED_TOOL_MAX_STEPS'
       >
     >;
   catalog?: Catalog;
@@ -196,6 +197,7 @@ export function createApp(deps: AppDeps): express.Express {
             managed: {
               tools: deps.tools.tools,
               wallet: deps.billing.wallet,
+              maxSteps: c.MANAGED_TOOL_MAX_STEPS ?? 16,
               ...(deps.tools.sealer ? { sealer: deps.tools.sealer } : {}),
             },
           }

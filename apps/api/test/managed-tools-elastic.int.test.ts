@@ -194,6 +194,19 @@ describe('the managed loop on /api/chat/completions', () => {
   });
 });
 
+describe('managed tools with Olympus', () => {
+  it('model auto with managed tools: Olympus chooses a chat model, the loop runs on it', async () => {
+    const acct = await account(['toolbox', 'olympus']);
+    const r = await acct.client.chat.completions
+      .create({ model: 'auto', messages: [{ role: 'user', content: PLAN }], tools: [TOOLBOX] })
+      .withResponse();
+    expect(r.data.model).toBe('tools-chat');
+    expect(r.response.headers.get('x-berth-olympus-reason')).toBe('cheapest');
+    expect(r.data.choices[0]!.message.content).toBe(ANSWER);
+    expect(await toolUsage(acct.global)).toEqual([{ model: 'tool:toolbox', requests: 2, cost: '0.004000' }]);
+  });
+});
+
 describe('the managed loop on /api/responses', () => {
   it('mcp_call items for the calls, then the message; streamed as typed events', async () => {
     const acct = await account();

@@ -164,7 +164,11 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
               tools: Array.isArray(payload.tools) && payload.tools.length > 0,
             },
           );
-          model = choice.model;
+          // Over capacity, the call moves on to the model's own fallbacks, then Olympus's next choices.
+          model = {
+            ...choice.model,
+            fallbacks: [...new Set([...choice.model.fallbacks, ...choice.alternatives])],
+          };
           olympus = true;
           res.setHeader(OLYMPUS_HEADER, choice.reason);
         }

@@ -28,13 +28,12 @@ import {
 import { closeManagedServers, openManagedServers, walletCharger } from './managed.ts';
 import { chatStreamFrames } from './stream.ts';
 
-/** Model calls per managed request (the last one is told to answer with what it has). */
-export const MAX_STEPS = 16;
-
 export interface ManagedToolDeps {
   tools: Pick<ToolRepository, 'lookup'>;
   sealer?: Sealer;
   wallet: Pick<Wallet, 'reserve'>;
+  /** Model calls per managed request (MANAGED_TOOL_MAX_STEPS; the last is told to answer). */
+  maxSteps: number;
 }
 
 export interface ManagedAsk {
@@ -312,7 +311,7 @@ export async function answerManaged(
       servers,
       callModel,
       charge: walletCharger(deps.wallet, { accountId: c.call.accountId, keyId: c.call.keyId }),
-      maxSteps: MAX_STEPS,
+      maxSteps: deps.maxSteps,
       signal: c.call.signal,
       ...(sse ? { onEvent: sse.event } : {}),
     });
