@@ -194,6 +194,33 @@ describe('the managed loop on /api/chat/completions', () => {
   });
 });
 
+describe('the wall clock on a streamed loop', () => {
+  it('after the first events, the cut arrives as an error frame the SDK raises, then [DONE]', async () => {
+    const acct = await account();
+    const slow = Array.from({ length: 6 }, () => 'call slow {"ms": 1500}').join('\n');
+    const seen: string[] = [];
+    const started = Date.now();
+    const stream = await acct.client.chat.completions.create({
+      model: 'tools-chat',
+      messages: [{ role: 'user', content: slow }],
+      tools: [TOOLBOX],
+      stream: true,
+    });
+    const err = await (async () => {
+      for await (const chunk of stream) {
+        const tool = (chunk as { berth_tool?: { type: string } }).berth_tool;
+        if (tool) seen.push(tool.type);
+      }
+    })().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.APIError);
+    expect((err as Error).message).toContain(
+      `The request exceeded the wall-clock limit of ${WALL_CLOCK_MS / 1000} s`,
+    );
+    expect(seen.slice(0, 2)).toEqual(['tool_call', 'tool_result']);
+    expect(Date.now() - started).toBeLessThan(WALL_CLOCK_MS + 2000);
+  });
+});
+
 describe('managed tools with Olympus', () => {
   it('model auto with managed tools: Olympus chooses a chat model, the loop runs on it', async () => {
     const acct = await account(['toolbox', 'olympus']);

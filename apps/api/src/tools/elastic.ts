@@ -70,7 +70,9 @@ export function managedTools(tools: unknown): { managed: ManagedAsk[]; others: u
         ? undefined
         : Array.isArray(allowed)
           ? allowed
-          : (allowed as { tool_names?: unknown }).tool_names;
+          : typeof allowed === 'object'
+            ? (allowed as { tool_names?: unknown }).tool_names
+            : allowed;
     if (names !== undefined && (!Array.isArray(names) || names.some((n) => typeof n !== 'string')))
       throw invalid('must be a list of the server’s tool names', `tools.${i}.allowed_tools`);
     managed.push({ toolId: label, ...(names ? { allowedTools: names as string[] } : {}) });
