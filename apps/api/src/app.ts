@@ -57,6 +57,7 @@ export interface AppDeps {
         | 'PROXY_RETRIES'
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
+        | 'MANAGED_TOOL_MAX_STEPS'
       >
     >;
   catalog?: Catalog;
@@ -201,6 +202,16 @@ export function createApp(deps: AppDeps): express.Express {
       ...deps.elastic,
       requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
       ...(olympusDeps ? { olympus: olympusDeps } : {}),
+      ...(deps.tools && deps.billing
+        ? {
+            managed: {
+              tools: deps.tools.tools,
+              wallet: deps.billing.wallet,
+              maxSteps: c.MANAGED_TOOL_MAX_STEPS ?? 16,
+              ...(deps.tools.sealer ? { sealer: deps.tools.sealer } : {}),
+            },
+          }
+        : {}),
       ...(ep
         ? {
             dedicated: {
