@@ -1,4 +1,7 @@
-// Benchmark: N endpoints reaching `up` on the kwok cluster, operator memory, API request rate at rest.
+// Benchmark: N endpoints reaching `up` on the kwok cluster, operator memory, API request rate at rest,
+// against the control plane's own limit measured in the same run: N plain Deployments with the same
+// pod template (built by the operator's own builder, created by the bench directly) to all-ready.
+// Then a no-op resync of the N `up` endpoints: its duration and its writes (target: none).
 // Usage: KUBECONFIG=… node --import tsx operator/bench/endpoints.ts [N]
 //
 // The local cluster has 24 fake GPUs and 5 × 110 pod slots, so the bench adds tainted kwok nodes and
@@ -7,6 +10,7 @@
 import { createRequire } from 'node:module';
 import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
+import { desiredDeployment } from '@berth/operator';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
 import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
@@ -53,9 +57,71 @@ const catalog = {
   ),
 };
 const fakeHub = await startFakeHub();
-const op = await start(
-  testConfig(ns.name, fakeHub.url, { catalog, leaderElection: false, concurrency: 8, logLevel: 'error' }),
-);
+const RESYNC_SECONDS = 45;
+const config = testConfig(ns.name, fakeHub.url, {
+  catalog,
+  leaderElection: false,
+  concurrency: 8,
+  logLevel: 'error',
+  resyncSeconds: RESYNC_SECONDS,
+});
+
+// The baseline: N Deployments with the pod template the operator would build for these endpoints,
+// created in batches of 25 as the endpoints are below, timed to all-ready; then removed.
+const base = await testNamespace('bench-base');
+const baseCluster = new Cluster(base.name);
+const instanceType = catalog.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
+const build = {
+  engineImage: config.engineImage,
+  startupTimeoutSeconds: config.startupTimeoutSeconds,
+  drainSeconds: config.drainSeconds,
+  terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
+  modelCache: config.modelCache,
+  hfEndpoint: fakeHub.url,
+};
+const tb = Date.now();
+for (let i = 0; i < N; i += 25) {
+  await Promise.all(
+    Array.from({ length: Math.min(25, N - i) }, (_, j) => {
+      const ep = {
+        apiVersion: 'berth.dev/v1alpha1',
+        kind: 'DedicatedEndpoint',
+        metadata: { name: `endpt-base-${i + j}`, namespace: base.name, uid: 'bench', generation: 1 },
+        spec: {
+          account: 'bench',
+          model: { id: 'org/small' },
+          hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
+          authMode: 'Private',
+          scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 300 },
+        },
+      } as unknown as DedicatedEndpoint;
+      const d = desiredDeployment(ep, instanceType, build, 1);
+      // No owner: the garbage collector would remove a Deployment whose owner does not exist.
+      delete d.metadata!.ownerReferences;
+      return baseCluster.apps.createNamespacedDeployment({ namespace: base.name, body: d });
+    }),
+  );
+}
+let ready = 0;
+const baseDeadline = Date.now() + 15 * 60_000;
+while (Date.now() < baseDeadline) {
+  const list = await baseCluster.apps.listNamespacedDeployment({ namespace: base.name });
+  ready = list.items.filter((d) => (d.status?.readyReplicas ?? 0) >= 1).length;
+  if (ready === N) break;
+  await new Promise((r) => setTimeout(r, 2000));
+}
+const baseReady = Date.now() - tb;
+await base.remove();
+// Let the garbage collector and kwok finish with the baseline's pods before Berth's run.
+for (let i = 0; i < 300; i++) {
+  const pods = await baseCluster.core.listNamespacedPod({ namespace: base.name }).catch(() => undefined);
+  if (!pods?.items.length) break;
+  await new Promise((r) => setTimeout(r, 2000));
+}
+
+// Only the operator's own requests from here on (and the bench's polling, as before).
+requests = 0;
+const op = await start(config);
 
 const t0 = Date.now();
 const names = Array.from({ length: N }, (_, i) => `endpt-bench-${i}`);
@@ -96,14 +162,45 @@ const before = requests;
 await new Promise((r) => setTimeout(r, 60_000));
 const atRest = requests - before;
 
+const metric = async (name: string) =>
+  (await op.metrics.registry.getMetricsAsJSON())
+    .find((m) => m.name === name)
+    ?.values.reduce((sum, v) => sum + Number(v.value), 0) ?? 0;
 const reconciles = (
   await op.metrics.registry.getSingleMetricAsString('berth_operator_reconciles_total')
 ).trim();
+
+// A no-op resync: the periodic resync puts every endpoint on the queue while nothing changed. From
+// the first pass it starts to the N-th: its duration, and the writes it made (should be none).
+const passes0 = await metric('berth_operator_reconciles_total');
+const writes0 = await metric('berth_operator_api_writes_total');
+const requests0 = requests;
+let resyncStart = 0;
+let resyncEnd = 0;
+const resyncDeadline = Date.now() + (RESYNC_SECONDS + 600) * 1000;
+while (Date.now() < resyncDeadline) {
+  const passes = (await metric('berth_operator_reconciles_total')) - passes0;
+  if (passes > 0 && !resyncStart) resyncStart = Date.now();
+  if (passes >= N) {
+    resyncEnd = Date.now();
+    break;
+  }
+  await new Promise((r) => setTimeout(r, 50));
+}
+const resync = {
+  passes: (await metric('berth_operator_reconciles_total')) - passes0,
+  seconds: resyncEnd ? +((resyncEnd - resyncStart) / 1000).toFixed(2) : null,
+  writes: (await metric('berth_operator_api_writes_total')) - writes0,
+  requests: requests - requests0,
+};
 process.stdout.write(
   JSON.stringify(
     {
       endpoints: N,
       benchNodes: NODES,
+      baselineDeploymentsReady: ready,
+      baselineAllReadySeconds: +(baseReady / 1000).toFixed(1),
+      ratioToBaseline: +(allUp / baseReady).toFixed(2),
       createdMs: created,
       up,
       allUpSeconds: +(allUp / 1000).toFixed(1),
@@ -112,6 +209,7 @@ process.stdout.write(
       requestsAtRestPerMinute: atRest,
       totalRequests: requests,
       reconciles,
+      noOpResync: resync,
     },
     null,
     1,

@@ -27,6 +27,7 @@ export function memoryRuntime(): MemoryRuntime {
     ready: async () => {},
     get: (id) => (endpoint && endpoint.metadata.name === id ? endpoint : undefined),
     list: () => (endpoint ? [endpoint] : []),
+    listFresh: () => Promise.resolve(endpoint ? [endpoint] : []),
     create: () => Promise.reject(new Error('the benchmark runtime does not create endpoints')),
     update: () => Promise.reject(new Error('the benchmark runtime does not update endpoints')),
     delete: async () => false,

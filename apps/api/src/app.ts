@@ -18,6 +18,7 @@ import type { ElasticCatalog } from './elastic/catalog.ts';
 import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
+import type { AccountLock, Quotas } from './quotas.ts';
 import { registerDedicatedRoutes } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
@@ -33,6 +34,7 @@ import type { DashboardAuth } from './auth/index.ts';
 import { DEV_IDP_PATH } from './auth/index.ts';
 import { apiSessions } from './auth/session.ts';
 import { registerAuthRoutes } from './routes/auth.ts';
+import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
@@ -67,6 +69,10 @@ export interface AppDeps {
     limiter: RateLimiter;
     /** Per-endpoint series on /metrics. */
     metrics?: EndpointMetrics;
+    /** Per-account limits on endpoints and GPUs (none when absent). */
+    quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+    /** Serializes an account's endpoint writes across API replicas (default: within this process). */
+    accountLock?: AccountLock;
   };
   /** Elastic inference: the catalog and the call path (absent: no Elastic routes). */
   elastic?: { catalog: ElasticCatalog; caller: ElasticCaller };
@@ -120,6 +126,7 @@ export function createApp(deps: AppDeps): express.Express {
   );
   opsRoutes.refuseOtherMethods();
   app.use(ops);
+  app.use(docsApp());
 
   const admin = express.Router();
   admin.use(requireAdmin(deps.adminToken), ...jsonBody(deps.config.MAX_BODY_BYTES));
@@ -158,7 +165,15 @@ export function createApp(deps: AppDeps): express.Express {
   registerKeyRoutes(routes, deps);
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
-  if (deps.olympus) registerOlympusRoutes(routes, { olympus: deps.olympus });
+  const olympusDeps =
+    deps.olympus && deps.tools ? { tools: deps.tools.tools, policies: deps.olympus } : undefined;
+  if (deps.olympus)
+    registerOlympusRoutes(routes, {
+      olympus: deps.olympus,
+      ...(deps.elastic && deps.tools
+        ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
+        : {}),
+    });
   if (deps.chronos) registerChronosRoutes(routes, deps.chronos);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
@@ -175,6 +190,7 @@ export function createApp(deps: AppDeps): express.Express {
     registerElasticRoutes(routes, {
       ...deps.elastic,
       requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
+      ...(olympusDeps ? { olympus: olympusDeps } : {}),
       ...(ep
         ? {
             dedicated: {
@@ -195,6 +211,8 @@ export function createApp(deps: AppDeps): express.Express {
       endpoints: ep.runtime.endpoints,
       logs: ep.runtime.logs,
       upstream: ep.upstream,
+      ...(ep.quotas ? { quotas: ep.quotas } : {}),
+      ...(ep.accountLock ? { lock: ep.accountLock } : {}),
     });
     registerDedicatedRoutes(routes, {
       endpoints: ep.runtime.endpoints,

@@ -169,6 +169,22 @@ export const configSchema = z
     BERTH_LOCAL_STOP_GRACE_MS: positiveInt('milliseconds')
       .default(30_000)
       .describe('Local mode: how long a stopping engine may drain after SIGTERM before it is killed'),
+    // ── Per-account quotas (apps/api/src/quotas.ts) ──
+    BERTH_QUOTA_KEYS: positiveInt('active API keys')
+      .default(100)
+      .describe(
+        'Active (not revoked) API keys one account may hold; POST /api/keys beyond it answers 403 `quota_exceeded`',
+      ),
+    BERTH_QUOTA_ENDPOINTS: positiveInt('dedicated endpoints')
+      .default(20)
+      .describe(
+        'Dedicated endpoints (not being terminated) one account may have; creating one beyond it answers 403 `quota_exceeded`',
+      ),
+    BERTH_QUOTA_GPUS: positiveInt('GPUs')
+      .default(64)
+      .describe(
+        "GPUs one account's endpoints may scale to together: the sum of scaling.maxReplicas × hardware.gpuCount; a create or change beyond it answers 403 `quota_exceeded`",
+      ),
     // ── Billing (apps/api/src/billing) ──
     BERTH_CURRENCY: z
       .string()

@@ -45,6 +45,11 @@ const table = {
     type: 'insufficient_quota',
     message: 'Insufficient balance / payment required',
   },
+  quota_exceeded: {
+    status: 403,
+    type: 'permission_error',
+    message: 'An account quota would be exceeded',
+  },
   tool_not_allowed: {
     status: 403,
     type: 'permission_error',

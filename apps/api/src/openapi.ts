@@ -18,6 +18,8 @@ export interface Operation {
   /** A dashboard session may call it too (no Bearer header; X-CSRF-Token on state changes). */
   session?: boolean;
   body?: z.ZodType;
+  /** The query's parameters (documented only: the handler parses them, so it decides when). */
+  query?: z.ZodObject;
   responses: Record<number, { description: string; schema?: z.ZodType; contentType?: string }>;
 }
 
@@ -50,7 +52,7 @@ export class ApiDoc {
                 { [op.auth === 'admin' ? 'adminToken' : 'apiKey']: [] },
                 ...(op.session ? [{ dashboardSession: [] }] : []),
               ],
-        parameters: params.length ? params : undefined,
+        parameters: params.length || op.query ? [...params, ...queryParameters(op.query)] : undefined,
         requestBody: op.body
           ? {
               required: !op.body.isOptional(),
@@ -98,6 +100,20 @@ export class ApiDoc {
       paths,
     };
   }
+}
+
+function queryParameters(query: z.ZodObject | undefined): Record<string, unknown>[] {
+  if (!query) return [];
+  return Object.entries(query.shape).map(([name, field]) => {
+    const { description, ...schema } = jsonSchema(field as z.ZodType, 'input') as { description?: string };
+    return {
+      name,
+      in: 'query',
+      required: !(field as z.ZodType).isOptional(),
+      ...(description ? { description } : {}),
+      schema,
+    };
+  });
 }
 
 /**

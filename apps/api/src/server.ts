@@ -18,7 +18,7 @@ import { createMetrics } from './metrics.ts';
 import { endpointMetrics, type EndpointMetrics } from './endpoints/metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
-import { accountRepository } from './repositories/accounts.ts';
+import { accountRepository, databaseAccountLock } from './repositories/accounts.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
 import {
@@ -229,6 +229,7 @@ export async function startApi(
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,
+      keyQuota: config.BERTH_QUOTA_KEYS,
       outageGraceMs: config.KEY_OUTAGE_GRACE_MS,
       isOutage: (err) => databaseUnavailable(err) !== undefined,
     });
@@ -246,7 +247,20 @@ export async function startApi(
       catalog,
       endpoints:
         runtime && upstream && dispatcher && usage && limiter
-          ? { runtime, upstream, dispatcher, usage, limiter, ...(epMetrics ? { metrics: epMetrics } : {}) }
+          ? {
+              runtime,
+              upstream,
+              dispatcher,
+              usage,
+              limiter,
+              ...(epMetrics ? { metrics: epMetrics } : {}),
+              quotas: { endpoints: config.BERTH_QUOTA_ENDPOINTS, gpus: config.BERTH_QUOTA_GPUS },
+              // On Kubernetes several API replicas may write one account's endpoints: the lock is
+              // the database's. Local endpoints have one process, and its lock is enough.
+              ...(kind === 'kubernetes' && db.kind !== 'embedded'
+                ? { accountLock: databaseAccountLock(db.prisma) }
+                : {}),
+            }
           : undefined,
       billing,
       auth,

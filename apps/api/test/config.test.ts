@@ -38,6 +38,21 @@ describe('configuration', () => {
     expect(attempt({ LOG_LEVEL: 'loud' })).toContain('LOG_LEVEL: must be one of');
   });
 
+  it('has finite per-account quotas, each a positive whole number', () => {
+    const c = parseConfig({});
+    expect([c.BERTH_QUOTA_KEYS, c.BERTH_QUOTA_ENDPOINTS, c.BERTH_QUOTA_GPUS]).toEqual([100, 20, 64]);
+    expect(parseConfig({ BERTH_QUOTA_GPUS: '8' }).BERTH_QUOTA_GPUS).toBe(8);
+    expect(() => parseConfig({ BERTH_QUOTA_KEYS: '0' })).toThrow(
+      'BERTH_QUOTA_KEYS: must be greater than 0 (got "0")',
+    );
+    expect(() => parseConfig({ BERTH_QUOTA_ENDPOINTS: 'lots' })).toThrow(
+      'BERTH_QUOTA_ENDPOINTS: must be a number (dedicated endpoints) (got "lots")',
+    );
+    expect(() => parseConfig({ BERTH_QUOTA_GPUS: '1.5' })).toThrow(
+      'BERTH_QUOTA_GPUS: must be a whole number (got "1.5")',
+    );
+  });
+
   it('reports every problem at once', () => {
     expect(() => parseConfig({ PORT: 'x', MAX_BODY_BYTES: '-1' })).toThrow(/PORT[\s\S]*MAX_BODY_BYTES/);
   });

@@ -38,6 +38,11 @@ function memoryRepo() {
       rows.set(key.id, row);
       return row;
     },
+    async createKeyWithin(key, limit) {
+      const active = [...rows.values()].filter((r) => r.accountId === key.accountId && !r.revokedAt).length;
+      if (active >= limit) return { created: false, active };
+      return { created: true, key: await repo.createKey(key) };
+    },
     async findByHash(hash) {
       lookups++;
       const found = [...rows.values()].find((r) => r.hash === hash) ?? null;
@@ -47,6 +52,12 @@ function memoryRepo() {
     },
     async listForAccount(accountId) {
       return [...rows.values()].filter((r) => r.accountId === accountId);
+    },
+    async pageForAccount(accountId, { limit, after }) {
+      const all = [...rows.values()].filter((r) => r.accountId === accountId);
+      const from = after ? all.findIndex((r) => r.id === after) : -1;
+      if (after && from < 0) return null;
+      return all.slice(from + 1, from + 1 + limit);
     },
     async revoke(accountId, keyId, at) {
       const row = rows.get(keyId);

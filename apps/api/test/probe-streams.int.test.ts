@@ -115,6 +115,28 @@ describe('item 5: a log follower', () => {
   });
 });
 
+describe('a log follower opened while the endpoint builds', () => {
+  it('shows each change of phase as a status line, as it happens', async () => {
+    const res = await fetch(`${api!.url}/api/endpoints`, {
+      method: 'POST',
+      headers: json(acct.compute),
+      body: JSON.stringify({ model: MODEL, hardware: { gpuType: 'nvidia-l4-24gb', gpuCount: 1 } }),
+    });
+    expect(res.status).toBe(201);
+    const { id } = (await res.json()) as { id: string };
+    const f = follow(id, acct.global);
+    await eventually(() => f.received().includes('# phase: building'), { timeout: 5_000 });
+    await eventually(() => f.received().includes('# phase: up'), {
+      timeout: 30_000,
+      description: 'the follower sees the endpoint go up',
+    });
+    // One line per change, not one per status write.
+    expect(f.received().match(/^# phase: up/gm)).toHaveLength(1);
+    await fetch(`${api!.url}/api/endpoints/${id}`, { method: 'DELETE', headers: bearer(acct.global) });
+    await within(f.ended, 5_000, 'follower ended after DELETE');
+  });
+});
+
 describe('item 9: a terminated endpoint', () => {
   it('reads terminating and refuses new requests at once, while its engine drains', async () => {
     const id = await upEndpoint();

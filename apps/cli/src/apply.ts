@@ -117,7 +117,7 @@ export async function apply(
   opts: { dryRun: boolean; prune: boolean },
 ): Promise<Action[]> {
   const manifests = readManifests(file);
-  const existing = (await client.call('get', '/api/endpoints')).data.data;
+  const existing = await client.listAll('/api/endpoints');
   const actions = plan(manifests, existing, opts.prune);
   const suffix = opts.dryRun ? ' (dry run)' : '';
   for (const a of actions) {

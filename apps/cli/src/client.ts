@@ -42,6 +42,12 @@ type BodyOf<M extends Method, P extends PathOf<M>> = paths[P][M] extends {
     ? B
     : never;
 
+/** The list routes that answer a page: `{"object": "list", "data", "has_more", "first_id", "last_id"}`. */
+type ListPath = {
+  [P in PathOf<'get'>]: Ok<'get', P> extends { object: 'list'; has_more: boolean } ? P : never;
+}[PathOf<'get'>];
+type ListItem<P extends ListPath> = Ok<'get', P> extends { data: (infer T)[] } ? T : never;
+
 export class Client {
   readonly baseUrl: string;
   readonly #key: string | undefined;
@@ -59,6 +65,23 @@ export class Client {
     const text = await res.text();
     const data = text ? (JSON.parse(text) as Ok<M, P>) : (undefined as Ok<M, P>);
     return { status: res.status, data, headers: res.headers };
+  }
+
+  /**
+   * Every item of a paged list route: page after page, each asking for the items after the last
+   * one it got (`after` = the previous page's `last_id`) until `has_more` is false.
+   */
+  async listAll<P extends ListPath>(path: P): Promise<ListItem<P>[]> {
+    const items: ListItem<P>[] = [];
+    let after: string | null = null;
+    do {
+      const query: string = after ? `?after=${encodeURIComponent(after)}` : '';
+      const res = await this.raw('get', path + query);
+      const page = (await res.json()) as { data: ListItem<P>[]; has_more?: boolean; last_id?: string | null };
+      items.push(...page.data);
+      after = page.has_more ? (page.last_id ?? null) : null;
+    } while (after);
+    return items;
   }
 
   /** The response as it comes (for streams); non-2xx become ApiFailure. */

@@ -93,9 +93,7 @@ program
 const endpoints = program.command('endpoints').alias('ep').description('Dedicated endpoints');
 endpoints
   .command('list')
-  .action(async () =>
-    print(fmt(), (await client().call('get', '/api/endpoints')).data.data, endpointColumns),
-  );
+  .action(async () => print(fmt(), await client().listAll('/api/endpoints'), endpointColumns));
 endpoints
   .command('get <id>')
   .action(async (e: string) =>
@@ -222,7 +220,7 @@ keys
     process.stderr.write(`key ${k.id} (${k.scope}) created; its value is shown once\n`);
   });
 keys.command('list').action(async () =>
-  print(fmt(), (await client().call('get', '/api/keys')).data.data, {
+  print(fmt(), await client().listAll('/api/keys'), {
     id: (k: { id: string }) => k.id,
     name: (k: { name: string }) => k.name,
     prefix: (k: { prefix: string }) => k.prefix,

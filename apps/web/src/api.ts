@@ -77,14 +77,31 @@ const send = (method: string, body?: unknown): RequestInit => ({
   ...(body === undefined ? {} : { body: JSON.stringify(body) }),
 });
 
+/**
+ * Every item of a paged list route, as `{data}`: page after page (`after` = the previous page's
+ * `last_id`) until `has_more` is false.
+ */
+async function everyPage<T>(path: string): Promise<{ data: T[] }> {
+  const data: T[] = [];
+  let after: string | null = null;
+  do {
+    const page: { data: T[]; has_more?: boolean; last_id?: string | null } = await json(
+      after ? `${path}?after=${encodeURIComponent(after)}` : path,
+    );
+    data.push(...page.data);
+    after = page.has_more ? (page.last_id ?? null) : null;
+  } while (after);
+  return { data };
+}
+
 export const api = {
   session: () => json<SessionInfo>('/auth/session'),
   logout: () => call('/auth/logout', send('POST')),
-  keys: () => json<Answer<'/api/keys', 'get'>>('/api/keys'),
+  keys: () => everyPage<ApiKey>('/api/keys'),
   createKey: (body: Body<'/api/keys', 'post'>) => json<CreatedKey>('/api/keys', send('POST', body)),
   revokeKey: (id: string) =>
     json<Answer<'/api/keys/{id}', 'delete'>>(`/api/keys/${encodeURIComponent(id)}`, send('DELETE')),
-  endpoints: () => json<Answer<'/api/endpoints', 'get'>>('/api/endpoints'),
+  endpoints: () => everyPage<Endpoint>('/api/endpoints'),
   endpoint: (id: string) => json<Endpoint>(`/api/endpoints/${encodeURIComponent(id)}`),
   createEndpoint: (body: Body<'/api/endpoints', 'post'>) =>
     json<Answer<'/api/endpoints', 'post'>>('/api/endpoints', send('POST', body)),

@@ -41,6 +41,12 @@ export interface EndpointWrites {
   ): Promise<DedicatedEndpoint>;
   /** False when it did not exist. */
   delete(id: string): Promise<boolean>;
+  /**
+   * Every endpoint as its source holds it now (a read of the Kubernetes API server, not the
+   * informer): for checks that must see a write made a moment ago, on this replica or another
+   * (quotas). Not for the request path.
+   */
+  listFresh(): Promise<DedicatedEndpoint[]>;
   /** Merge-patches annotations on the endpoint (activity, wake requests). */
   annotate(id: string, annotations: Record<string, string>): Promise<void>;
 }

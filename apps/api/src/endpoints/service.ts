@@ -14,6 +14,7 @@ import {
   type DedicatedEndpointSpecInput,
 } from '@berth/crds';
 import { ApiError, endpointNotFound } from '../errors.ts';
+import { endpointGpus, processAccountLock, quotaExceeded, type AccountLock, type Quotas } from '../quotas.ts';
 import type { EndpointCache, EndpointWrites } from './ports.ts';
 
 export interface NewEndpoint {
@@ -80,8 +81,55 @@ export function ownedEndpoint(endpoints: EndpointCache, id: string, accountId: s
 
 export function endpointService(deps: {
   catalog: Catalog;
-  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update'>;
+  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update' | 'listFresh'>;
+  /** Per-account limits on endpoints and GPUs (none when absent). */
+  quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+  /**
+   * Runs an account's writes one at a time, so a quota check and the write it allows cannot
+   * interleave with another's; across API replicas it must be a shared lock. Default: this process's.
+   */
+  lock?: AccountLock;
 }): EndpointService {
+  const lock = deps.lock ?? processAccountLock();
+  const quotas = deps.quotas;
+
+  // The account's usage, read from the source (the cache may not show a write made a moment ago),
+  // without endpoint `except`. Endpoints being terminated do not count: they take no calls and are
+  // going away. Endpoints applied with kubectl count, though no quota stopped them.
+  const usage = async (accountId: string, except?: string) => {
+    let endpoints = 0;
+    let gpus = 0;
+    for (const e of await deps.endpoints.listFresh()) {
+      if (e.spec.account !== accountId || e.metadata.deletionTimestamp || e.metadata.name === except)
+        continue;
+      endpoints++;
+      gpus += endpointGpus(e.spec);
+    }
+    return { endpoints, gpus };
+  };
+  const gpusOf = (spec: DedicatedEndpointSpecInput) => endpointGpus(DedicatedEndpointSpecSchema.parse(spec));
+
+  /** 403 `quota_exceeded` unless one more endpoint with this spec fits the account's quotas. */
+  const checkNew = async (accountId: string, spec: DedicatedEndpointSpecInput) => {
+    if (!quotas) return;
+    const u = await usage(accountId);
+    if (u.endpoints + 1 > quotas.endpoints)
+      throw quotaExceeded('endpoints', u.endpoints, u.endpoints + 1, quotas.endpoints);
+    const gpus = u.gpus + gpusOf(spec);
+    if (gpus > quotas.gpus) throw quotaExceeded('gpus', u.gpus, gpus, quotas.gpus);
+  };
+
+  /** A change that raises the endpoint's GPUs must fit the quota; one that does not always may. */
+  const checkChange = async (current: DedicatedEndpoint, spec: DedicatedEndpointSpecInput) => {
+    if (!quotas) return;
+    const after = gpusOf(spec);
+    if (after <= endpointGpus(current.spec)) return;
+    const others = await usage(current.spec.account, current.metadata.name);
+    const before = others.gpus + endpointGpus(current.spec);
+    if (others.gpus + after > quotas.gpus)
+      throw quotaExceeded('gpus', before, others.gpus + after, quotas.gpus);
+  };
+
   const checkCatalog = (hardware: NewEndpoint['hardware'], current?: DedicatedEndpoint) => {
     const hw = checkHardware(deps.catalog, hardware);
     if (!hw.ok) {
@@ -151,6 +199,7 @@ export function endpointService(deps: {
       displayName === (current.metadata.annotations?.[ANNOTATION_DISPLAY_NAME] ?? id);
     if (same && (options.generation === undefined || options.generation === current.metadata.generation))
       return { endpoint: current, outcome: 'unchanged' };
+    await checkChange(current, spec);
     const endpoint = await deps.endpoints.update(id, {
       displayName,
       spec,
@@ -163,15 +212,31 @@ export function endpointService(deps: {
     async create(accountId, input) {
       checkCatalog(input.hardware);
       const id = newEndpointId();
-      return deps.endpoints.create({
-        id,
-        displayName: input.name ?? id,
-        spec: specOf(accountId, input),
-        ...(input.hubToken ? { hubToken: input.hubToken } : {}),
+      const spec = specOf(accountId, input);
+      return lock(accountId, async () => {
+        await checkNew(accountId, spec);
+        return deps.endpoints.create({
+          id,
+          displayName: input.name ?? id,
+          spec,
+          ...(input.hubToken ? { hubToken: input.hubToken } : {}),
+        });
       });
     },
 
-    async put(accountId, id, input, options = {}) {
+    put: (accountId, id, input, options = {}) => lock(accountId, () => put(accountId, id, input, options)),
+
+    patch: (accountId, id, change, options = {}) =>
+      lock(accountId, () => patch(accountId, id, change, options)),
+  };
+
+  async function put(
+    accountId: string,
+    id: string,
+    input: NewEndpoint,
+    options: WriteOptions,
+  ): Promise<{ endpoint: DedicatedEndpoint; outcome: PutOutcome }> {
+    {
       if (!isEndpointId(id)) {
         throw new ApiError('validation_error', {
           message: `Invalid endpoint id ${JSON.stringify(id)}: an id is "endpt-" followed by lowercase letters, digits and "-" (not at the end), at most ${ENDPOINT_ID_MAX_LENGTH} characters`,
@@ -186,16 +251,25 @@ export function endpointService(deps: {
       // A generation names a version the caller saw: the endpoint has gone since.
       if (options.generation !== undefined) throw endpointNotFound(id);
       checkCatalog(input.hardware);
+      const spec = specOf(accountId, input);
+      await checkNew(accountId, spec);
       const endpoint = await deps.endpoints.create({
         id,
         displayName: input.name ?? id,
-        spec: specOf(accountId, input),
+        spec,
         ...(input.hubToken ? { hubToken: input.hubToken } : {}),
       });
       return { endpoint, outcome: 'created' };
-    },
+    }
+  }
 
-    async patch(accountId, id, patch, options = {}) {
+  async function patch(
+    accountId: string,
+    id: string,
+    patch: EndpointChange,
+    options: WriteOptions,
+  ): Promise<{ endpoint: DedicatedEndpoint; outcome: 'updated' | 'unchanged' }> {
+    {
       const current = ownedEndpoint(deps.endpoints, id, accountId);
       const s = current.spec;
       const maxModelLen = patch.maxModelLen === undefined ? s.model.maxModelLen : patch.maxModelLen;
@@ -220,6 +294,6 @@ export function endpointService(deps: {
         },
         options,
       );
-    },
-  };
+    }
+  }
 }

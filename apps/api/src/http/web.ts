@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import express, { type RequestHandler } from 'express';
 
-const API_PATHS = /^\/(api|admin|auth|idp|openapi\.json|metrics|healthz|readyz)(\/|$)/;
+const API_PATHS = /^\/(api|admin|auth|idp|openapi\.json|docs|metrics|healthz|readyz)(\/|$)/;
 
 export function webApp(dir: string): RequestHandler {
   const index = path.join(dir, 'index.html');

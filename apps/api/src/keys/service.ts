@@ -4,6 +4,7 @@
 // revocation bus is healthy. A revocation evicts the key on every replica and aborts requests in
 // flight that were authenticated with it, before DELETE returns.
 import { ApiError } from '../errors.ts';
+import { quotaExceeded } from '../quotas.ts';
 import type { Identity, KeyRecord, KeyRepository, NewKey, Scope } from '../repositories/keys.ts';
 import type { RevocationBus } from './revocation-bus.ts';
 import {
@@ -56,6 +57,7 @@ export interface KeyService {
    * call inference (spec §5.3). Read from the database on every call, so a revocation applies at once.
    */
   sessionPrincipal(accountId: string): Promise<Principal | null>;
+  /** Within the account's active-key quota (403 `quota_exceeded` beyond it). */
   createKey(input: {
     accountId: string;
     name: string;
@@ -63,12 +65,20 @@ export interface KeyService {
     pinnedModel?: string | null;
     toolPin?: string[];
   }): Promise<CreatedKey>;
-  /** Null when the account does not exist. */
+  /** The platform operator's (admin) creation: null when the account does not exist; no quota. */
   createKeyForAccount(
     accountId: string,
     input: { name: string; scope: Scope; pinnedModel?: string | null; toolPin?: string[] },
   ): Promise<CreatedKey | null>;
   list(accountId: string): Promise<KeyRecord[]>;
+  /**
+   * One page of the account's keys, oldest first: up to `limit` after the key `after`, and whether
+   * more follow. Null when the account has no key `after`.
+   */
+  page(
+    accountId: string,
+    page: { limit: number; after?: string },
+  ): Promise<{ keys: KeyRecord[]; hasMore: boolean } | null>;
   /** Null when the account has no such key. */
   revoke(accountId: string, keyId: string): Promise<KeyRecord | null>;
   /**
@@ -92,6 +102,8 @@ export function keyService(deps: {
   bus: RevocationBus;
   metrics?: KeyServiceMetrics;
   touchIntervalMs: number;
+  /** Active keys one account may hold through `createKey` (unlimited when absent). */
+  keyQuota?: number;
   /**
    * How long keys verified before the revocation bus lost the database stay usable while the
    * database cannot be reached (0: not at all). See `verify`.
@@ -258,7 +270,10 @@ export function keyService(deps: {
 
     async createKey(input) {
       const { key, value } = materialize(input);
-      return { ...(await repo.createKey(key)), value };
+      if (deps.keyQuota === undefined) return { ...(await repo.createKey(key)), value };
+      const result = await repo.createKeyWithin(key, deps.keyQuota);
+      if (!result.created) throw quotaExceeded('keys', result.active, result.active + 1, deps.keyQuota);
+      return { ...result.key, value };
     },
 
     async createKeyForAccount(accountId, input) {
@@ -268,6 +283,11 @@ export function keyService(deps: {
     },
 
     list: (accountId) => repo.listForAccount(accountId),
+
+    async page(accountId, { limit, after }) {
+      const rows = await repo.pageForAccount(accountId, { limit: limit + 1, ...(after ? { after } : {}) });
+      return rows && { keys: rows.slice(0, limit), hasMore: rows.length > limit };
+    },
 
     async revoke(accountId, keyId) {
       const result = await repo.revoke(accountId, keyId, now());

@@ -1,5 +1,29 @@
 // Accounts as the admin lists them: paged in creation order, searched by name.
 import type { PrismaClient } from '@berth/db';
+import { processAccountLock, type AccountLock } from '../quotas.ts';
+
+// pg_advisory_xact_lock(namespace, hashtext(account id)): "quot", apart from the leadership locks.
+const ACCOUNT_LOCK_NAMESPACE = 0x7175_6f74;
+
+/**
+ * An account lock shared by every API replica: this process's lock, then a PostgreSQL advisory lock
+ * held by a transaction while `fn` runs. `fn` must not use the database (the transaction holds one
+ * of the pool's connections, and with the embedded database the only one): it is for writes to
+ * Kubernetes.
+ */
+export function databaseAccountLock(prisma: PrismaClient, maxHoldMs = 120_000): AccountLock {
+  const local = processAccountLock();
+  return (accountId, fn) =>
+    local(accountId, () =>
+      prisma.$transaction(
+        async (tx) => {
+          await tx.$queryRaw`SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(${ACCOUNT_LOCK_NAMESPACE}::int, hashtext(${accountId}))) AS l`;
+          return fn();
+        },
+        { timeout: maxHoldMs, maxWait: 30_000 },
+      ),
+    );
+}
 
 export interface AccountRow {
   id: string;

@@ -58,9 +58,23 @@ export interface KeyRepository {
   /** The account's oldest active key with one of these scopes. */
   firstActiveKey(accountId: string, scopes: readonly Scope[]): Promise<KeyRecord | null>;
   createKey(key: NewKey): Promise<KeyRecord>;
+  /**
+   * Creates the key unless the account already has `limit` active keys (then `created: false` and
+   * how many it has). The account's row is locked meanwhile, so concurrent creations, on any
+   * replica, cannot together go past the limit.
+   */
+  createKeyWithin(
+    key: NewKey,
+    limit: number,
+  ): Promise<{ created: true; key: KeyRecord } | { created: false; active: number }>;
   /** The key with this hash, revoked or not. */
   findByHash(hash: string): Promise<(KeyRecord & { hash: string }) | null>;
   listForAccount(accountId: string): Promise<KeyRecord[]>;
+  /**
+   * Up to `limit` of the account's keys, oldest first, after the key `after`; null when the account
+   * has no key `after`.
+   */
+  pageForAccount(accountId: string, page: { limit: number; after?: string }): Promise<KeyRecord[] | null>;
   /**
    * Revokes the account's key. `changed` is false when it was already revoked (revocation is
    * idempotent and keeps the first time). Null when the account has no such key.
@@ -130,6 +144,14 @@ export function keyRepository(prisma: PrismaClient): KeyRepository {
     createKey(key) {
       return prisma.apiKey.create({ data: key, select: keyColumns });
     },
+    createKeyWithin(key, limit) {
+      return prisma.$transaction(async (tx) => {
+        await tx.$queryRaw`SELECT id FROM accounts WHERE id = ${key.accountId} FOR UPDATE`;
+        const active = await tx.apiKey.count({ where: { accountId: key.accountId, revokedAt: null } });
+        if (active >= limit) return { created: false as const, active };
+        return { created: true as const, key: await tx.apiKey.create({ data: key, select: keyColumns }) };
+      });
+    },
     findByHash(hash) {
       return prisma.apiKey.findUnique({ where: { hash }, select: { ...keyColumns, hash: true } });
     },
@@ -138,6 +160,17 @@ export function keyRepository(prisma: PrismaClient): KeyRepository {
         where: { accountId },
         select: keyColumns,
         orderBy: { createdAt: 'asc' },
+      });
+    },
+    async pageForAccount(accountId, { limit, after }) {
+      if (after && (await prisma.apiKey.count({ where: { id: after, accountId } })) === 0) return null;
+      return prisma.apiKey.findMany({
+        where: { accountId },
+        select: keyColumns,
+        // The id breaks ties between keys created in the same millisecond: pages never overlap.
+        orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+        take: limit,
+        ...(after ? { cursor: { id: after }, skip: 1 } : {}),
       });
     },
     async revoke(accountId, keyId, at) {

@@ -17,11 +17,13 @@ import {
 import { ApiError, endpointNotFound } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import { simpleError } from '../openapi.ts';
-import { humanName } from '../http/validate.ts';
+import { humanName, parse } from '../http/validate.ts';
+import { listPage, listQuery, pageOf } from './views.ts';
 import type { EndpointCache, EndpointWrites } from '../endpoints/ports.ts';
 import { endpointService, ownedEndpoint, type WriteOptions } from '../endpoints/service.ts';
 import type { PlatformUpstream } from '../upstream/platform.ts';
 import type { EndpointLogs } from '../endpoints/ports.ts';
+import type { AccountLock, Quotas } from '../quotas.ts';
 
 /**
  * The body of POST /api/endpoints: the resource's own field schemas (limits, defaults and messages
@@ -150,7 +152,11 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
 }
 
 export interface EndpointRouteDeps {
-  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update' | 'delete'>;
+  endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update' | 'delete' | 'listFresh'>;
+  /** Per-account limits on endpoints and GPUs (none when absent). */
+  quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+  /** Serializes an account's writes across API replicas (default: within this process). */
+  lock?: AccountLock;
   upstream: Pick<PlatformUpstream, 'wake'>;
   logs: EndpointLogs;
   catalog: Catalog;
@@ -235,22 +241,45 @@ export function registerEndpointRoutes(routes: Routes, deps: EndpointRouteDeps):
       path: '/api/endpoints',
       tag: 'endpoints',
       auth,
-      summary: "List the account's endpoints, including those created with kubectl",
+      summary:
+        "List the account's endpoints, including those created with kubectl, oldest first, a page at a time",
+      description:
+        'Query: `limit` (1–100, default 100) and `after` (the `last_id` of the previous page). An `after` endpoint deleted since is a 400: start again without it.',
+      query: listQuery,
       responses: {
-        200: { description: 'Endpoints', schema: z.object({ data: z.array(endpointView) }) },
+        200: { description: 'One page of endpoints, oldest first', schema: listPage(endpointView) },
+        400: { description: '`limit` or `after` is invalid (named in the message)', schema: simpleError },
         ...errors,
       },
     },
     ({ req, res, caller }) => {
+      const q = parse(listQuery, req.query, 'query');
       const base = publicBase(req, deps.publicUrl);
-      const data = deps.endpoints
+      const created = (e: DedicatedEndpoint) => String(e.metadata.creationTimestamp ?? '');
+      // Creation time, then id: a total order, so pages neither overlap nor skip.
+      const mine = deps.endpoints
         .list()
         .filter((e) => e.spec.account === caller.accountId)
-        .sort((a, b) =>
-          String(a.metadata.creationTimestamp).localeCompare(String(b.metadata.creationTimestamp)),
-        )
-        .map((e) => viewEndpoint(e, base));
-      res.json({ data });
+        .sort(
+          (a, b) => created(a).localeCompare(created(b)) || a.metadata.name.localeCompare(b.metadata.name),
+        );
+      let from = 0;
+      if (q.after !== undefined) {
+        const at = mine.findIndex((e) => e.metadata.name === q.after);
+        if (at < 0)
+          throw new ApiError('validation_error', {
+            message: `Invalid query: after: no endpoint ${q.after} in this account (deleted since? list again without after)`,
+            param: 'after',
+          });
+        from = at + 1;
+      }
+      const page = mine.slice(from, from + q.limit);
+      res.json(
+        pageOf(
+          page.map((e) => viewEndpoint(e, base)),
+          from + q.limit < mine.length,
+        ),
+      );
     },
   );
 

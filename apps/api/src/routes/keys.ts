@@ -3,12 +3,16 @@ import { ApiError } from '../errors.ts';
 import type { Routes } from '../http/routes.ts';
 import type { KeyService } from '../keys/service.ts';
 import { simpleError } from '../openapi.ts';
+import { parse } from '../http/validate.ts';
 import {
   createdKeyView,
   createKeyBody,
   globalKey as auth,
   globalKeyErrors as errors,
   keyView,
+  listPage,
+  listQuery,
+  pageOf,
   viewCreatedKey,
   viewKey,
 } from './views.ts';
@@ -54,11 +58,18 @@ export function registerKeyRoutes(routes: Routes, deps: { keys: KeyService }): v
       tag: 'keys',
       auth,
       summary: 'Create an API key',
+      description:
+        'An account holds at most BERTH_QUOTA_KEYS active keys (default 100): beyond it, 403 `quota_exceeded`, and no key is created. Revoked keys do not count.',
       body: createKeyBody,
       responses: {
         201: { description: 'The key, with its value shown once', schema: createdKeyView },
         400: { description: 'Invalid body', schema: simpleError },
         ...errors,
+        403: {
+          description:
+            'The key is not a global key, or `quota_exceeded`: the account already has as many active keys as its quota allows (the message names usage, limit and how to raise it)',
+          schema: simpleError,
+        },
       },
     },
     async ({ caller, body, res }) => {
@@ -73,15 +84,25 @@ export function registerKeyRoutes(routes: Routes, deps: { keys: KeyService }): v
       path: '/api/keys',
       tag: 'keys',
       auth,
-      summary: "List the account's keys (never their values)",
+      summary: "List the account's keys (never their values), oldest first, a page at a time",
+      description:
+        'Query: `limit` (1–100, default 100) and `after` (the `last_id` of the previous page). Revoked keys are listed too.',
+      query: listQuery,
       responses: {
-        200: { description: 'Keys, oldest first', schema: z.object({ data: z.array(keyView) }) },
+        200: { description: 'One page of keys, oldest first', schema: listPage(keyView) },
+        400: { description: '`limit` or `after` is invalid (named in the message)', schema: simpleError },
         ...errors,
       },
     },
-    async ({ caller, res }) => {
-      const keys = await deps.keys.list(caller.accountId);
-      res.json({ data: keys.map(viewKey) });
+    async ({ req, caller, res }) => {
+      const q = parse(listQuery, req.query, 'query');
+      const page = await deps.keys.page(caller.accountId, q);
+      if (!page)
+        throw new ApiError('validation_error', {
+          message: `Invalid query: after: no key ${q.after} in this account`,
+          param: 'after',
+        });
+      res.json(pageOf(page.keys.map(viewKey), page.hasMore));
     },
   );
 

@@ -52,6 +52,15 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
     ready: () => started,
     get: (id) => informer.get(id, namespace),
     list: () => [...informer.list(namespace)],
+    async listFresh() {
+      const list = (await api.listNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: PLURAL,
+      })) as { items: DedicatedEndpoint[] };
+      return list.items;
+    },
     async create({ id, displayName, spec, hubToken }) {
       // The token goes into a Secret before the resource exists, so the operator's provisioning
       // check never sees a reference to a missing Secret; once the resource exists it owns the

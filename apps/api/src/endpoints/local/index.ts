@@ -166,6 +166,8 @@ export async function localRuntime(o: LocalRuntimeOptions): Promise<EndpointRunt
       ready: () => Promise.resolve(),
       get: (id) => endpoints.get(id),
       list: () => endpoints.list(),
+      // One process owns local endpoints, and its cache is written before a write returns.
+      listFresh: () => Promise.resolve(endpoints.list()),
       watch: (id, fn) => endpoints.watch(id, fn),
       delete: (id) => endpoints.delete(id),
       annotate: (id, annotations) => endpoints.annotate(id, annotations),
