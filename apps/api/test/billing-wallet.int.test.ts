@@ -147,6 +147,36 @@ describe('reservations against a lease', () => {
     expect(await ledgerSum(id)).toBe(10_000_000n - 38_400n);
   });
 
+  it('an account that went idle and comes back is charged again (its usage is not taken for a replay)', async () => {
+    const id = await newAccount(1_000_000n);
+    const w = await replica(); // flush every 200 ms; idle after max(ttl / 3, 2 flushes) ≈ 1.7 s
+    const spend = async () => {
+      const r = await w.reserve({ accountId: id, amount: 1_000n });
+      if (!r.ok) throw new Error('refused');
+      r.hold.settle(300n, usage);
+      await w.flush();
+    };
+    await spend();
+    // Idle: the lease goes back, then the replica forgets the account.
+    await eventually(
+      async () =>
+        expect(
+          await query('SELECT 1 FROM billing_leases WHERE account_id = $1 AND amount > 0', [id]),
+        ).toEqual([]),
+      { timeout: 10_000, interval: 100 },
+    );
+    await new Promise((r) => setTimeout(r, 600));
+    await spend();
+    await spend();
+    const [u] = await query<{ requests: number; cost: string }>(
+      'SELECT sum(requests)::int AS requests, sum(cost)::text AS cost FROM metered_usage WHERE account_id = $1',
+      [id],
+    );
+    expect(u).toEqual({ requests: 3, cost: '900' });
+    expect(await account(id)).toMatchObject({ balance: 1_000_000n - 900n });
+    expect(await ledgerSum(id)).toBe(1_000_000n - 900n);
+  });
+
   it('a released reservation charges nothing', async () => {
     const id = await newAccount(1_000_000n);
     const w = await replica();

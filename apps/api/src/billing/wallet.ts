@@ -129,7 +129,6 @@ interface AccountState {
   usage: Map<string, UsageRow>;
   /** Written or being written; retried as it is until the database has it. */
   batch?: Batch;
-  seq: bigint;
   /** One write at a time per account. */
   writing?: Promise<void>;
   refilling?: Promise<SyncResult | undefined>;
@@ -163,6 +162,13 @@ export function createWallet(deps: WalletDeps): Wallet {
   const replica = deps.replica ?? randomBytes(6).toString('hex');
   const accounts = new Map<string, AccountState>();
   const idleMs = Math.max(config.leaseTtlMs / 3, config.flushIntervalMs * 2);
+  // Batch numbers, one sequence for the whole wallet. The database applies a batch of an account
+  // only if its number is above the last one it applied for this replica (a retried batch is not
+  // charged twice), and that row outlives the account's state here, which is dropped when idle: a
+  // per-state counter restarting at 1 would have the next batches taken for replays, their charges
+  // and usage silently dropped. Starting from the wall clock keeps the numbers increasing for a
+  // wallet that reuses another's replica id, too.
+  let lastSeq = BigInt(wallClock()) * 1000n;
   let closed = false;
 
   const state = (id: string): AccountState => {
@@ -181,7 +187,6 @@ export function createWallet(deps: WalletDeps): Wallet {
         unbatched: 0n,
         calls: 0,
         usage: new Map(),
-        seq: 0n,
         recheckAt: 0,
         lastActivity: monotonic(),
         rate: 0n,
@@ -277,7 +282,7 @@ export function createWallet(deps: WalletDeps): Wallet {
   const takeBatch = (s: AccountState): Batch | undefined => {
     if (s.batch) return s.batch;
     if (s.unbatched === 0n && s.usage.size === 0) return undefined;
-    s.batch = { seq: ++s.seq, amount: s.unbatched, calls: s.calls, usage: [...s.usage.values()] };
+    s.batch = { seq: ++lastSeq, amount: s.unbatched, calls: s.calls, usage: [...s.usage.values()] };
     s.unbatched = 0n;
     s.calls = 0;
     s.usage = new Map();
