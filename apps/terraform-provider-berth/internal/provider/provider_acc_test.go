@@ -356,6 +356,29 @@ func TestAccProvider_auth(t *testing.T) {
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 preCheck(t, "BERTH_TEST_GLOBAL_KEY"),
 		ProtoV6ProviderFactories: factories,
+		// Destroying berth_api_key revoked it.
+		CheckDestroy: func(*terraform.State) error {
+			var list struct {
+				Data []Key `json:"data"`
+			}
+			c := &Client{BaseURL: url, Key: global, HTTP: newHTTPClient()}
+			if _, err := c.do(context.Background(), http.MethodGet, "/api/keys", nil, nil, &list); err != nil {
+				return err
+			}
+			found := 0
+			for _, k := range list.Data {
+				if k.Name == "ci" {
+					found++
+					if k.State != "revoked" {
+						return fmt.Errorf("key %s (ci) is %s after destroy", k.ID, k.State)
+					}
+				}
+			}
+			if found != 1 {
+				return fmt.Errorf("%d keys named ci, expected the 1 Terraform created", found)
+			}
+			return nil
+		},
 		Steps: []resource.TestStep{
 			{
 				// The compute key of BERTH_API_KEY may not create keys.
