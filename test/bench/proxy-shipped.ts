@@ -41,7 +41,7 @@ const ROUNDS = 6;
 const TICK_US = 1e6 / 100; // USER_HZ: /proc times are in 1/100 s
 
 /** user + system CPU of a process, in µs, from /proc/<pid>/stat. */
-function cpuUs(pid: number): number {
+export function cpuUs(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return (Number(fields[11]) + Number(fields[12])) * TICK_US; // utime, stime (fields 14 and 15)
@@ -58,7 +58,11 @@ function freePort(): Promise<number> {
   });
 }
 
-async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | undefined>): Promise<T> {
+export async function until<T>(
+  what: string,
+  timeoutMs: number,
+  fn: () => Promise<T | undefined>,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn().catch(() => undefined);
@@ -69,7 +73,7 @@ async function until<T>(what: string, timeoutMs: number, fn: () => Promise<T | u
 }
 
 /** `npm start` with a local-mode user's settings; its endpoint up; the engine's own address. */
-async function startShipped(dbUrl: string, dataDir: string) {
+export async function startShipped(dbUrl: string, dataDir: string) {
   const port = await freePort();
   const nodeArgs = process.env.BENCH_PROXY_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const child: ChildProcess = spawn(

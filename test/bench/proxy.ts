@@ -135,21 +135,29 @@ export interface Target {
   single: Agent;
   /** Unlimited connections, for concurrent load. */
   many: Agent;
+  /** The body's `model` (default BENCH_MODEL; an Elastic display name for the catalog routes). */
+  model?: string;
 }
 
-export function target(name: string, base: string, headers: Record<string, string> = {}): Target {
+export function target(
+  name: string,
+  base: string,
+  headers: Record<string, string> = {},
+  model?: string,
+): Target {
   return {
     name,
     base,
+    ...(model ? { model } : {}),
     headers: { 'content-type': 'application/json', ...headers },
     single: new Agent({ connections: 1, pipelining: 1, keepAliveTimeout: 60_000 }),
     many: new Agent({ connections: null, pipelining: 1, keepAliveTimeout: 60_000 }),
   };
 }
 
-function chat(tokens: number, stream: boolean, i: number): string {
+function chat(model: string, tokens: number, stream: boolean, i: number): string {
   return JSON.stringify({
-    model: BENCH_MODEL,
+    model,
     messages: [{ role: 'user', content: `benchmark request number ${i}` }],
     max_tokens: tokens,
     ignore_eos: true,
@@ -212,7 +220,7 @@ async function call(t: Target, body: string, opts: { stream: boolean; agent: Age
 export async function sequential(t: Target, n: number, stream: boolean, tokens: number): Promise<number[]> {
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
-    const s = await call(t, chat(tokens, stream, i), { stream, agent: t.single });
+    const s = await call(t, chat(t.model ?? BENCH_MODEL, tokens, stream, i), { stream, agent: t.single });
     if (!s.ok) throw new Error(`${t.name}: request failed`);
     out.push(s.ms);
   }
@@ -233,7 +241,10 @@ export async function concurrent(
   await Promise.all(
     Array.from({ length: parallel }, async () => {
       while (next < n && performance.now() < deadline) {
-        const s = await call(t, chat(tokens, stream, next++), { stream, agent: t.many });
+        const s = await call(t, chat(t.model ?? BENCH_MODEL, tokens, stream, next++), {
+          stream,
+          agent: t.many,
+        });
         if (s.ok) ok++;
         events += s.events;
       }
@@ -537,7 +548,9 @@ async function streams(ctx: Context): Promise<Part> {
     })();
     const t0 = performance.now();
     const res = await Promise.all(
-      Array.from({ length: HELD }, (_, i) => call(t, chat(200, true, i), { stream: true, agent: t.many })),
+      Array.from({ length: HELD }, (_, i) =>
+        call(t, chat(BENCH_MODEL, 200, true, i), { stream: true, agent: t.many }),
+      ),
     );
     const wallS = (performance.now() - t0) / 1000;
     sampling = false;
@@ -595,7 +608,7 @@ async function wake(ctx: Context): Promise<Part> {
     if (mode === 'berth') await p.ask({ type: 'endpoint', account: ctx.acct!.account, phase: 'hibernated' });
     t = ctx.target(p);
     const pending = Array.from({ length: HELD }, (_, i) =>
-      call(t, chat(16, true, i), { stream: true, agent: t.many }),
+      call(t, chat(BENCH_MODEL, 16, true, i), { stream: true, agent: t.many }),
     );
     const deadline = performance.now() + 60_000;
     let held = 0;
@@ -625,7 +638,9 @@ async function wake(ctx: Context): Promise<Part> {
     const t = target('direct', `${sim.url}/v1`);
     const at = performance.timeOrigin + performance.now();
     const done = await Promise.all(
-      Array.from({ length: HELD }, (_, i) => call(t, chat(16, true, i), { stream: true, agent: t.many })),
+      Array.from({ length: HELD }, (_, i) =>
+        call(t, chat(BENCH_MODEL, 16, true, i), { stream: true, agent: t.many }),
+      ),
     );
     out.direct = {
       release: done.filter((s) => s.ok).map((s) => s.firstAt - at),

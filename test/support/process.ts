@@ -12,10 +12,14 @@ export interface ToolResult {
 export function runTool(
   bin: string,
   args: string[],
-  opts: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+  opts: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string } = {},
 ): Promise<ToolResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(bin, args, { env: opts.env ?? process.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(bin, args, {
+      env: opts.env ?? process.env,
+      cwd: opts.cwd,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 120_000);

@@ -625,6 +625,146 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/olympus/policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account’s Olympus routing policy (defaults when never set)
+         * @description Key scopes allowed: inference, global.
+         */
+        get: operations["getOlympusPolicy"];
+        /**
+         * Replace the account’s Olympus routing policy
+         * @description Key scopes allowed: global.
+         */
+        put: operations["putOlympusPolicy"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/olympus/route": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Dry run: which catalog model Olympus would choose for this request now, and why
+         * @description Key scopes allowed: inference, global.
+         */
+        post: operations["postOlympusRoute"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/chronos/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account’s scheduled runs
+         * @description Key scopes allowed: inference, global.
+         */
+        get: operations["getChronosRuns"];
+        put?: never;
+        /**
+         * Create a scheduled run
+         * @description A run fires on its `schedule` (5-field cron or an alias such as `@hourly`, read in the IANA `timezone`) and runs its `steps` in order: `chat` (a catalog model or `auto`, `messages`, `max_tokens`) and `tool` (a managed tool’s MCP call with `input`). A step reads an earlier step’s output with `{{steps.N.output}}`. The answer shows the next fire times.
+         *
+         *     Key scopes allowed: inference, global.
+         */
+        post: operations["postChronosRuns"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/chronos/runs/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One scheduled run
+         * @description Key scopes allowed: inference, global.
+         */
+        get: operations["getChronosRunsById"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a run and its history (its pending fire does nothing)
+         * @description Key scopes allowed: inference, global.
+         */
+        delete: operations["deleteChronosRunsById"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a run’s name, schedule, timezone or steps
+         * @description A new schedule or timezone takes effect from now: the pending fire is replaced. Executions already queued keep the steps they were queued with.
+         *
+         *     Key scopes allowed: inference, global.
+         */
+        patch: operations["patchChronosRunsById"];
+        trace?: never;
+    };
+    "/api/chronos/runs/{id}/trigger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Run now (queued at once; its schedule is unchanged)
+         * @description Key scopes allowed: inference, global.
+         */
+        post: operations["postChronosRunsByIdTrigger"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/chronos/runs/{id}/executions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Execution history, newest first: status, times, each step’s output or error, cost
+         * @description Key scopes allowed: inference, global.
+         */
+        get: operations["getChronosRunsByIdExecutions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/hardware": {
         parameters: {
             query?: never;
@@ -3217,6 +3357,1058 @@ export interface operations {
                 };
             };
             /** @description No such tool */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    getOlympusPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        allowed_models: string[];
+                        /** @enum {string} */
+                        objective: "cost" | "latency" | "quality";
+                        routes: {
+                            name: string;
+                            model: string;
+                            examples: string[];
+                        }[];
+                        updated_at: string | null;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Wrong scope */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+        };
+    };
+    putOlympusPolicy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description Models Olympus may choose; empty: every catalog model
+                     * @default []
+                     */
+                    allowed_models?: string[];
+                    /**
+                     * @default cost
+                     * @enum {string}
+                     */
+                    objective?: "cost" | "latency" | "quality";
+                    /**
+                     * @description Prompts like these examples go to that model (embedding similarity)
+                     * @default []
+                     */
+                    routes?: {
+                        name: string;
+                        model: string;
+                        examples: string[];
+                    }[];
+                };
+            };
+        };
+        responses: {
+            /** @description The stored policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        allowed_models: string[];
+                        /** @enum {string} */
+                        objective: "cost" | "latency" | "quality";
+                        routes: {
+                            name: string;
+                            model: string;
+                            examples: string[];
+                        }[];
+                        updated_at: string | null;
+                    };
+                };
+            };
+            /** @description Invalid body (the field is named in `param` and the message) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Wrong scope */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+        };
+    };
+    postOlympusRoute: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /**
+                     * @description The Elastic route the request would go to
+                     * @default chat/completions
+                     * @enum {string}
+                     */
+                    endpoint?: "chat/completions" | "completions" | "responses";
+                    max_tokens?: number;
+                    max_completion_tokens?: number;
+                    max_output_tokens?: number;
+                    tools?: unknown[];
+                    stream?: boolean;
+                } & {
+                    [key: string]: unknown;
+                };
+            };
+        };
+        responses: {
+            /** @description The choice (nothing is called or charged) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description The catalog model Olympus would call now */
+                        model: string;
+                        /** @description `cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down or must wake) */
+                        reason: string;
+                        /** @enum {string} */
+                        objective: "cost" | "latency" | "quality";
+                        /** @description The catalog models that fit the request and the policy */
+                        considered: string[];
+                    };
+                };
+            };
+            /** @description `olympus_not_enabled`, an invalid body (the field is named), or no model fits */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Wrong scope */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description Every model that fits is cooling down after a 429 */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+        };
+    };
+    getChronosRuns: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Runs, oldest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @description `chr_…` */
+                            id: string;
+                            name: string;
+                            schedule: string;
+                            timezone: string;
+                            steps: ({
+                                /** @constant */
+                                type: "chat";
+                                /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                                model: string;
+                                messages: {
+                                    /** @enum {string} */
+                                    role: "system" | "user" | "assistant";
+                                    /** @description May contain {{steps.N.output}} */
+                                    content: string;
+                                }[];
+                                max_tokens: number;
+                            } | {
+                                /** @constant */
+                                type: "tool";
+                                tool_id: string;
+                                /** @description The MCP tool to call; may be left out when the server has one tool */
+                                name?: string;
+                                /**
+                                 * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                                 * @default {}
+                                 */
+                                input: {
+                                    [key: string]: unknown;
+                                };
+                            })[];
+                            /** @description ISO 8601 with the offset of `timezone`; null: the schedule never fires again */
+                            next_fire_at: string | null;
+                            /** @description The next 5 fire times, ISO 8601 with offset */
+                            next_fires: string[];
+                            created_at: string;
+                            updated_at: string;
+                        }[];
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    postChronosRuns: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Human-readable name of the run */
+                    name: string;
+                    /** @description 5-field cron expression (minute hour day-of-month month day-of-week) or @hourly, @daily, … */
+                    schedule: string;
+                    /** @description IANA time zone the schedule is read in */
+                    timezone: string;
+                    /** @description Ordered chat and tool steps */
+                    steps: ({
+                        /** @constant */
+                        type: "chat";
+                        /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                        model: string;
+                        messages: {
+                            /** @enum {string} */
+                            role: "system" | "user" | "assistant";
+                            /** @description May contain {{steps.N.output}} */
+                            content: string;
+                        }[];
+                        max_tokens: number;
+                    } | {
+                        /** @constant */
+                        type: "tool";
+                        tool_id: string;
+                        /** @description The MCP tool to call; may be left out when the server has one tool */
+                        name?: string;
+                        /**
+                         * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                         * @default {}
+                         */
+                        input?: {
+                            [key: string]: unknown;
+                        };
+                    })[];
+                };
+            };
+        };
+        responses: {
+            /** @description Created, with `next_fires` */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description `chr_…` */
+                        id: string;
+                        name: string;
+                        schedule: string;
+                        timezone: string;
+                        steps: ({
+                            /** @constant */
+                            type: "chat";
+                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            model: string;
+                            messages: {
+                                /** @enum {string} */
+                                role: "system" | "user" | "assistant";
+                                /** @description May contain {{steps.N.output}} */
+                                content: string;
+                            }[];
+                            max_tokens: number;
+                        } | {
+                            /** @constant */
+                            type: "tool";
+                            tool_id: string;
+                            /** @description The MCP tool to call; may be left out when the server has one tool */
+                            name?: string;
+                            /**
+                             * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                             * @default {}
+                             */
+                            input: {
+                                [key: string]: unknown;
+                            };
+                        })[];
+                        /** @description ISO 8601 with the offset of `timezone`; null: the schedule never fires again */
+                        next_fire_at: string | null;
+                        /** @description The next 5 fire times, ISO 8601 with offset */
+                        next_fires: string[];
+                        created_at: string;
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description `validation_error` naming the field (name, schedule, timezone, steps) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    getChronosRunsById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description `chr_…` */
+                        id: string;
+                        name: string;
+                        schedule: string;
+                        timezone: string;
+                        steps: ({
+                            /** @constant */
+                            type: "chat";
+                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            model: string;
+                            messages: {
+                                /** @enum {string} */
+                                role: "system" | "user" | "assistant";
+                                /** @description May contain {{steps.N.output}} */
+                                content: string;
+                            }[];
+                            max_tokens: number;
+                        } | {
+                            /** @constant */
+                            type: "tool";
+                            tool_id: string;
+                            /** @description The MCP tool to call; may be left out when the server has one tool */
+                            name?: string;
+                            /**
+                             * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                             * @default {}
+                             */
+                            input: {
+                                [key: string]: unknown;
+                            };
+                        })[];
+                        /** @description ISO 8601 with the offset of `timezone`; null: the schedule never fires again */
+                        next_fire_at: string | null;
+                        /** @description The next 5 fire times, ISO 8601 with offset */
+                        next_fires: string[];
+                        created_at: string;
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such run in the caller’s account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    deleteChronosRunsById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The deleted run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description `chr_…` */
+                        id: string;
+                        name: string;
+                        schedule: string;
+                        timezone: string;
+                        steps: ({
+                            /** @constant */
+                            type: "chat";
+                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            model: string;
+                            messages: {
+                                /** @enum {string} */
+                                role: "system" | "user" | "assistant";
+                                /** @description May contain {{steps.N.output}} */
+                                content: string;
+                            }[];
+                            max_tokens: number;
+                        } | {
+                            /** @constant */
+                            type: "tool";
+                            tool_id: string;
+                            /** @description The MCP tool to call; may be left out when the server has one tool */
+                            name?: string;
+                            /**
+                             * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                             * @default {}
+                             */
+                            input: {
+                                [key: string]: unknown;
+                            };
+                        })[];
+                        /** @description ISO 8601 with the offset of `timezone`; null: the schedule never fires again */
+                        next_fire_at: string | null;
+                        /** @description The next 5 fire times, ISO 8601 with offset */
+                        next_fires: string[];
+                        created_at: string;
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such run in the caller’s account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    patchChronosRunsById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Human-readable name of the run */
+                    name?: string;
+                    /** @description 5-field cron expression (minute hour day-of-month month day-of-week) or @hourly, @daily, … */
+                    schedule?: string;
+                    /** @description IANA time zone the schedule is read in */
+                    timezone?: string;
+                    /** @description Ordered chat and tool steps */
+                    steps?: ({
+                        /** @constant */
+                        type: "chat";
+                        /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                        model: string;
+                        messages: {
+                            /** @enum {string} */
+                            role: "system" | "user" | "assistant";
+                            /** @description May contain {{steps.N.output}} */
+                            content: string;
+                        }[];
+                        max_tokens: number;
+                    } | {
+                        /** @constant */
+                        type: "tool";
+                        tool_id: string;
+                        /** @description The MCP tool to call; may be left out when the server has one tool */
+                        name?: string;
+                        /**
+                         * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                         * @default {}
+                         */
+                        input?: {
+                            [key: string]: unknown;
+                        };
+                    })[];
+                };
+            };
+        };
+        responses: {
+            /** @description The run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description `chr_…` */
+                        id: string;
+                        name: string;
+                        schedule: string;
+                        timezone: string;
+                        steps: ({
+                            /** @constant */
+                            type: "chat";
+                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            model: string;
+                            messages: {
+                                /** @enum {string} */
+                                role: "system" | "user" | "assistant";
+                                /** @description May contain {{steps.N.output}} */
+                                content: string;
+                            }[];
+                            max_tokens: number;
+                        } | {
+                            /** @constant */
+                            type: "tool";
+                            tool_id: string;
+                            /** @description The MCP tool to call; may be left out when the server has one tool */
+                            name?: string;
+                            /**
+                             * @description The MCP tool arguments; any string may contain {{steps.N.output}}
+                             * @default {}
+                             */
+                            input: {
+                                [key: string]: unknown;
+                            };
+                        })[];
+                        /** @description ISO 8601 with the offset of `timezone`; null: the schedule never fires again */
+                        next_fire_at: string | null;
+                        /** @description The next 5 fire times, ISO 8601 with offset */
+                        next_fires: string[];
+                        created_at: string;
+                        updated_at: string;
+                    };
+                };
+            };
+            /** @description `validation_error` naming the field (name, schedule, timezone, steps) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such run in the caller’s account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    postChronosRunsByIdTrigger: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The queued execution */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description `chx_…` */
+                        id: string;
+                        run_id: string;
+                        /** @enum {string} */
+                        trigger: "schedule" | "manual";
+                        /** @description The occurrence it fired for (ISO 8601 with offset) */
+                        scheduled_for: string | null;
+                        /** @enum {string} */
+                        status: "queued" | "running" | "succeeded" | "failed";
+                        /** @description Why it failed */
+                        reason: string | null;
+                        /** @description Run fee plus its steps, decimal string */
+                        cost: string;
+                        /** @description More than 1: the replica of an earlier attempt died */
+                        attempts: number;
+                        steps: {
+                            index: number;
+                            /** @enum {string} */
+                            type: "chat" | "tool";
+                            /** @enum {string} */
+                            status: "succeeded" | "failed";
+                            /** @description The catalog model that answered (chat) */
+                            model?: string;
+                            /** @description The MCP tool called (tool) */
+                            tool?: string;
+                            output: string | null;
+                            error: string | null;
+                            /** @description Decimal string in the billing currency */
+                            cost: string;
+                            started_at: string;
+                            ended_at: string;
+                        }[];
+                        created_at: string;
+                        started_at: string | null;
+                        ended_at: string | null;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Insufficient balance / payment required (run fee and first step) */
+            402: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such run in the caller’s account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    getChronosRunsByIdExecutions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Executions */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            /** @description `chx_…` */
+                            id: string;
+                            run_id: string;
+                            /** @enum {string} */
+                            trigger: "schedule" | "manual";
+                            /** @description The occurrence it fired for (ISO 8601 with offset) */
+                            scheduled_for: string | null;
+                            /** @enum {string} */
+                            status: "queued" | "running" | "succeeded" | "failed";
+                            /** @description Why it failed */
+                            reason: string | null;
+                            /** @description Run fee plus its steps, decimal string */
+                            cost: string;
+                            /** @description More than 1: the replica of an earlier attempt died */
+                            attempts: number;
+                            steps: {
+                                index: number;
+                                /** @enum {string} */
+                                type: "chat" | "tool";
+                                /** @enum {string} */
+                                status: "succeeded" | "failed";
+                                /** @description The catalog model that answered (chat) */
+                                model?: string;
+                                /** @description The MCP tool called (tool) */
+                                tool?: string;
+                                output: string | null;
+                                error: string | null;
+                                /** @description Decimal string in the billing currency */
+                                cost: string;
+                                started_at: string;
+                                ended_at: string;
+                            }[];
+                            created_at: string;
+                            started_at: string | null;
+                            ended_at: string | null;
+                        }[];
+                    };
+                };
+            };
+            /** @description Invalid `limit` */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such run in the caller’s account */
             404: {
                 headers: {
                     [name: string]: unknown;

@@ -40,6 +40,7 @@ import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
+import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
 export const API_VERSION = '0.1.0';
 
@@ -86,6 +87,8 @@ export interface AppDeps {
   tools?: ToolRouteDeps;
   /** Olympus policies: absent in tests that do not need them. */
   olympus?: OlympusRepository;
+  /** Chronos, scheduled runs: absent in tests that do not need them. */
+  chronos?: ChronosRouteDeps;
   adminToken: string;
   keys: KeyService;
   /** GET /admin/accounts (absent in tests that do not need it). */
@@ -172,7 +175,16 @@ export function createApp(deps: AppDeps): express.Express {
     });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
-  if (deps.olympus) registerOlympusRoutes(routes, { olympus: deps.olympus });
+  const olympusDeps =
+    deps.olympus && deps.tools ? { tools: deps.tools.tools, policies: deps.olympus } : undefined;
+  if (deps.olympus)
+    registerOlympusRoutes(routes, {
+      olympus: deps.olympus,
+      ...(deps.elastic && deps.tools
+        ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
+        : {}),
+    });
+  if (deps.chronos) registerChronosRoutes(routes, deps.chronos);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
   const ep = deps.endpoints;
   const c = deps.config;
@@ -188,6 +200,7 @@ export function createApp(deps: AppDeps): express.Express {
     registerElasticRoutes(routes, {
       ...deps.elastic,
       requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
+      ...(olympusDeps ? { olympus: olympusDeps } : {}),
       ...(ep
         ? {
             dedicated: {

@@ -3,6 +3,7 @@
 import { reconcilerEnv } from '@berth/operator';
 import { z } from 'zod';
 import { parseSecretsKey } from './secrets/sealed.ts';
+import { parseAmount } from './billing/money.ts';
 
 const port = z.coerce
   .number({ error: 'must be a number' })
@@ -252,6 +253,43 @@ export const configSchema = z
     MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
       .default(16)
       .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
+    // ── Chronos, scheduled runs (apps/api/src/chronos) ──
+    CHRONOS_ENABLED: z
+      .enum(['true', 'false'], { error: 'must be true or false' })
+      .default('true')
+      .transform((v) => v === 'true')
+      .describe(
+        'false turns Chronos off platform-wide: its routes answer 403 chronos_disabled and fires pass without executions; nothing is deleted',
+      ),
+    CHRONOS_RUN_FEE: z
+      .string()
+      .refine(
+        (v) => parseAmount(v) !== undefined,
+        'must be a decimal string with at most 6 decimals, e.g. "0.001"',
+      )
+      .default('0.001')
+      .transform((v) => parseAmount(v)!)
+      .describe(
+        'Charged from the prepaid balance per execution that ran a step, besides its model and tool steps',
+      ),
+    CHRONOS_STEP_TIMEOUT_MS: positiveInt('milliseconds')
+      .max(780_000, 'must be at most 780000 (the 13-minute wall clock)')
+      .default(780_000)
+      .describe('Wall clock of one step of a Chronos execution'),
+    CHRONOS_CONCURRENCY: positiveInt('executions')
+      .default(4)
+      .describe('Chronos executions one API replica runs at once'),
+    CHRONOS_POLL_SECONDS: z.coerce
+      .number({ error: 'must be a number (seconds)' })
+      .min(0.5, 'must be at least 0.5')
+      .max(60, 'must be at most 60')
+      .default(1)
+      .describe('How often each replica looks for due Chronos jobs: a fire starts at most about this late'),
+    JOBS_MONITOR_INTERVAL_SECONDS: positiveInt('seconds')
+      .default(30)
+      .describe(
+        "How often pg-boss checks jobs' heartbeats: a Chronos execution whose replica died is marked failed within about this plus 10 s",
+      ),
     // ──
   })
   .superRefine((c, ctx) => {

@@ -62,6 +62,17 @@ const table = {
     message:
       'Olympus is not enabled for this API key. Enable it via POST /api/tools with tool_id = "olympus", or adjust the key\'s tool pin.',
   },
+  chronos_not_enabled: {
+    status: 403,
+    type: 'permission_error',
+    message:
+      'Chronos is not enabled for this account. Enable it via POST /api/tools with tool_id = "chronos".',
+  },
+  chronos_disabled: {
+    status: 403,
+    type: 'permission_error',
+    message: 'Chronos is turned off on this platform (CHRONOS_ENABLED=false); existing runs are kept',
+  },
   builtin_tool: {
     status: 409,
     type: 'invalid_request_error',

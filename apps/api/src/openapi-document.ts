@@ -1,5 +1,5 @@
 // The OpenAPI document as a file: the same document GET /openapi.json serves, built from the routes'
-// own declarations with every optional part (billing, dedicated endpoints, Elastic, tools, sign-in) present. Nothing runs: the
+// own declarations with every optional part (billing, dedicated endpoints, Elastic, tools, Olympus, Chronos, sign-in) present. Nothing runs: the
 // dependencies are never called while routes are declared. `npm run openapi -w @berth/api` writes it
 // to apps/api/generated/openapi.json (+ openapi.d.ts); a test fails when the file is stale.
 import { DEFAULT_CATALOG } from '@berth/crds';
@@ -25,6 +25,8 @@ export function openapiDocument(): Record<string, unknown> {
     billing: unused,
     elastic: unused,
     tools: unused,
+    olympus: unused,
+    chronos: unused,
     auth: unused,
     adminToken: 'unused-admin-token-for-the-document',
     keys: unused,

@@ -45,6 +45,8 @@ import { toolRepository } from './repositories/tools.ts';
 import { olympusRepository } from './repositories/olympus.ts';
 import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 import { startElastic, type Elastic } from './elastic/index.ts';
+import { startChronos, type Chronos } from './chronos/index.ts';
+import { chronosRepository } from './chronos/repository.ts';
 
 export interface RunningApi {
   url: string;
@@ -118,6 +120,7 @@ export async function startApi(
   let gpuMeter: Leadership | undefined;
   let auth: DashboardAuth | undefined;
   let elastic: Elastic | undefined;
+  let chronos: Chronos | undefined;
   try {
     const catalog = loadCatalog(config.BERTH_CATALOG_FILE);
     const metrics = createMetrics();
@@ -195,6 +198,29 @@ export async function startApi(
       ...(secrets ? { sealer: secrets } : {}),
       ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
     });
+    const tools = toolRepository(db.prisma);
+    const olympus = olympusRepository(db.prisma);
+    chronos = await startChronos({
+      jobs: billing.jobs,
+      repo: chronosRepository(db.prisma),
+      steps: {
+        wallet: billing.wallet,
+        catalog: elastic.catalog,
+        caller: elastic.caller,
+        tools,
+        olympus,
+        logger,
+        ...(secrets ? { sealer: secrets } : {}),
+      },
+      config: {
+        enabled: config.CHRONOS_ENABLED,
+        fee: config.CHRONOS_RUN_FEE,
+        stepTimeoutMs: config.CHRONOS_STEP_TIMEOUT_MS,
+        concurrency: config.CHRONOS_CONCURRENCY,
+        pollSeconds: config.CHRONOS_POLL_SECONDS,
+      },
+      logger,
+    });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
@@ -248,9 +274,10 @@ export async function startApi(
       billing,
       auth,
       webDir: WEB_DIR,
-      tools: { tools: toolRepository(db.prisma), ...(secrets ? { sealer: secrets } : {}) },
+      tools: { tools, ...(secrets ? { sealer: secrets } : {}) },
       elastic,
-      olympus: olympusRepository(db.prisma),
+      olympus,
+      chronos: { chronos, tools, catalog: elastic.catalog, wallet: billing.wallet },
     });
 
     // Aborted when SHUTDOWN_GRACE_MS is up: proxied calls still running end with an SSE error frame
@@ -283,6 +310,7 @@ export async function startApi(
     const meter = gpuMeter;
     const au = auth;
     const el = elastic;
+    const chr = chronos;
     let closing: Promise<void> | undefined;
     return {
       url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
@@ -319,6 +347,7 @@ export async function startApi(
           await d?.close();
           await u?.close();
           await l?.close();
+          await chr.close();
           await el.close();
           await bill.close();
           au.close();
@@ -337,6 +366,7 @@ export async function startApi(
     await dispatcher?.close();
     await usage?.close();
     await limiter?.close();
+    await chronos?.close();
     await elastic?.close();
     await billing?.close();
     auth?.close();

@@ -41,6 +41,7 @@ export type BillingConfig = Pick<
   | 'BILLING_FLUSH_INTERVAL_MS'
   | 'BILLING_LEASE_TTL_MS'
   | 'BILLING_RECLAIM_WAIT_MS'
+  | 'JOBS_MONITOR_INTERVAL_SECONDS'
 >;
 
 export async function startBilling(deps: {
@@ -68,6 +69,7 @@ export async function startBilling(deps: {
         ? { kind: 'postgres', url: config.DATABASE_URL }
         : { kind: 'embedded', pglite: db.pglite! },
       logger,
+      { monitorIntervalSeconds: config.JOBS_MONITOR_INTERVAL_SECONDS },
     );
     const wallet = createWallet({
       repo,

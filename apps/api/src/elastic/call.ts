@@ -12,9 +12,9 @@ import { callCost, reservationBound } from '../billing/money.ts';
 import type { Wallet } from '../billing/wallet.ts';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import { ApiError } from '../errors.ts';
-import { forward } from '../proxy/forward.ts';
+import { forward, forwardJson, type ForwardRequest } from '../proxy/forward.ts';
 import { ClientGone } from '../proxy/scope.ts';
-import type { Usage } from '../proxy/sse.ts';
+import { usageOf, type Usage } from '../proxy/sse.ts';
 import { affinityKey } from '../upstream/affinity.ts';
 import type { Lease, Upstream } from '../upstream/types.ts';
 import type { ElasticCatalog } from './catalog.ts';
@@ -50,11 +50,31 @@ export interface ModelCall {
   keyId: string;
   requestId: string;
   signal: AbortSignal;
+  /** Name the answering catalog model in the body's `model` (Olympus: the engine names its own). */
+  renameModel?: boolean;
+}
+
+/** What Olympus ranks a catalog model by, as this API replica sees it now. */
+export interface ModelState {
+  /** now() value until which every backend of the model is cooling down after a 429 or 5xx. */
+  coolingUntil?: number;
+  /** A backend is ready without waking (external URLs always are; a platform pool with a ready replica). */
+  warm: boolean;
+  /** Mean duration of recent non-streamed calls (exponentially weighted); unknown until one is made. */
+  latencyMs?: number;
 }
 
 export interface ElasticCaller {
   /** Answers one call on `res` (or throws an ApiError while nothing was sent). */
   call(c: ModelCall, res: Response): Promise<void>;
+  /**
+   * One non-streamed call, read whole (each step of a managed tool loop): the same reservation,
+   * fallbacks and settlement as call(); the body and the catalog model that answered.
+   */
+  complete(c: ModelCall): Promise<{ model: CatalogModel; body: Record<string, unknown> }>;
+  state(m: CatalogModel): ModelState;
+  /** The clock of coolingUntil. */
+  now(): number;
 }
 
 function maxTokens(body: Record<string, unknown>): number | undefined {
@@ -121,90 +141,152 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
     return { lease: acquired.lease, model: endpoint.spec.model.id, retries: deps.config.retries };
   };
 
+  const latency = new Map<string, number>();
+  const observe = (m: CatalogModel, ms: number) => {
+    const prev = latency.get(m.name);
+    latency.set(m.name, prev === undefined ? ms : prev * 0.8 + ms * 0.2);
+  };
+
+  /**
+   * Reserves, tries each backend of the model and its fallbacks in order, and settles. `send` makes
+   * one attempt; `sent` says whether the client already has bytes (then nothing is retried).
+   * Undefined when the client went away.
+   */
+  const run = async <T>(
+    c: ModelCall,
+    sent: () => boolean,
+    send: (m: CatalogModel, req: ForwardRequest, retries: number) => Promise<{ usage?: Usage; value: T }>,
+  ): Promise<T | undefined> => {
+    const bound = reservationBound({
+      pricing: c.model.pricing,
+      requestBytes: c.requestBytes,
+      maxTokens: c.kinds.includes('embedding') ? 0 : maxTokens(c.body),
+      ...(c.model.contextLength ? { contextLength: c.model.contextLength } : {}),
+    });
+    const reservation = await deps.wallet.reserve({ accountId: c.accountId, amount: bound, free: true });
+    if (!reservation.ok) throw new ApiError('insufficient_balance');
+    const hold = reservation.hold;
+    let settled = false;
+    const settle = (m: CatalogModel, usage: Usage | undefined) => {
+      settled = true;
+      const u = usage ?? { promptTokens: 0, completionTokens: 0 };
+      hold.settle(callCost(m.pricing, u.promptTokens, u.completionTokens), {
+        keyId: c.keyId,
+        model: m.name,
+        ...u,
+      });
+    };
+    let last: ApiError | undefined;
+    try {
+      // Backends that failed recently go last rather than nowhere: when everything is cooling
+      // down, trying is still better than refusing.
+      const t = now();
+      const candidates = chain(deps.catalog, c.model)
+        .filter((m) => c.kinds.includes(m.kind))
+        .flatMap((m) => m.backends.map((b) => ({ m, b, key: backendKey(b) })));
+      const affinity = affinityKey(c.body);
+      const cool = (key: string) => (cooling.get(key) ?? 0) > t;
+      const ordered = [...candidates.filter((x) => !cool(x.key)), ...candidates.filter((x) => cool(x.key))];
+      for (const { m, b, key } of ordered) {
+        let lease: Lease | undefined;
+        try {
+          const got = await acquire(b, c.signal, affinity);
+          lease = got.lease;
+          const started = now();
+          const out = await send(
+            m,
+            {
+              upstream: got.lease,
+              method: 'POST',
+              path: c.path,
+              body: { ...c.body, model: got.model },
+              requestId: c.requestId,
+              signal: c.signal,
+              ...(got.headers ? { headers: got.headers } : {}),
+              ...(c.renameModel ? { renameModel: { from: got.model, to: m.name } } : {}),
+            },
+            got.retries,
+          );
+          if (c.body.stream !== true) observe(m, now() - started);
+          settle(m, out.usage);
+          return out.value;
+        } catch (err) {
+          if (sent() || !(err instanceof ApiError) || !retriable(err)) {
+            // The engine refused the request (4xx: another backend would too), or the call
+            // ended without an answer (client gone, key revoked, wall clock while held).
+            throw err;
+          }
+          cooling.set(key, now() + deps.config.cooldownMs);
+          last = err;
+        } finally {
+          lease?.release();
+        }
+      }
+    } catch (err) {
+      if (!settled) hold.release();
+      if (err instanceof ClientGone) return undefined;
+      throw err;
+    }
+    hold.release();
+    if (last?.status === 429)
+      throw new ApiError('rate_limited', {
+        message: `Model ${c.model.name} is over capacity and no fallback could take the call; retry with backoff`,
+        headers: { 'retry-after': '1' },
+      });
+    throw (
+      last ??
+      new ApiError('service_unavailable', {
+        message: `Model ${c.model.name} has no backend available right now; retry with backoff`,
+        headers: { 'retry-after': '5' },
+      })
+    );
+  };
+
   return {
     async call(c, res) {
-      const bound = reservationBound({
-        pricing: c.model.pricing,
-        requestBytes: c.requestBytes,
-        maxTokens: c.kinds.includes('embedding') ? 0 : maxTokens(c.body),
-        ...(c.model.contextLength ? { contextLength: c.model.contextLength } : {}),
-      });
-      const reservation = await deps.wallet.reserve({ accountId: c.accountId, amount: bound, free: true });
-      if (!reservation.ok) throw new ApiError('insufficient_balance');
-      const hold = reservation.hold;
-      let settled = false;
-      const settle = (m: CatalogModel, usage: Usage | undefined) => {
-        settled = true;
-        const u = usage ?? { promptTokens: 0, completionTokens: 0 };
-        hold.settle(callCost(m.pricing, u.promptTokens, u.completionTokens), {
-          keyId: c.keyId,
-          model: m.name,
-          ...u,
-        });
-      };
-      let last: ApiError | undefined;
-      try {
-        // Backends that failed recently go last rather than nowhere: when everything is cooling
-        // down, trying is still better than refusing.
-        const t = now();
-        const candidates = chain(deps.catalog, c.model)
-          .filter((m) => c.kinds.includes(m.kind))
-          .flatMap((m) => m.backends.map((b) => ({ m, b, key: backendKey(b) })));
-        const affinity = affinityKey(c.body);
-        const cool = (key: string) => (cooling.get(key) ?? 0) > t;
-        const ordered = [...candidates.filter((x) => !cool(x.key)), ...candidates.filter((x) => cool(x.key))];
-        for (const { m, b, key } of ordered) {
-          let lease: Lease | undefined;
-          try {
-            const got = await acquire(b, c.signal, affinity);
-            lease = got.lease;
-            res.setHeader(MODEL_HEADER, m.name);
-            if (m !== c.model) res.setHeader(FALLBACK_HEADER, c.model.name);
-            const usage = await forward(
-              {
-                upstream: got.lease,
-                method: 'POST',
-                path: c.path,
-                body: { ...c.body, model: got.model },
-                requestId: c.requestId,
-                signal: c.signal,
-                ...(got.headers ? { headers: got.headers } : {}),
-              },
-              res,
-              { dispatcher: deps.dispatcher, retries: got.retries },
-            );
-            settle(m, usage);
-            return;
-          } catch (err) {
-            if (res.headersSent || !(err instanceof ApiError) || !retriable(err)) {
-              // The engine refused the request (4xx: another backend would too), or the call
-              // ended without an answer (client gone, key revoked, wall clock while held).
-              throw err;
-            }
-            cooling.set(key, now() + deps.config.cooldownMs);
-            last = err;
-          } finally {
-            lease?.release();
-          }
-        }
-      } catch (err) {
-        if (!settled) hold.release();
-        if (err instanceof ClientGone) return;
-        throw err;
-      }
-      hold.release();
-      if (last?.status === 429)
-        throw new ApiError('rate_limited', {
-          message: `Model ${c.model.name} is over capacity and no fallback could take the call; retry with backoff`,
-          headers: { 'retry-after': '1' },
-        });
-      throw (
-        last ??
-        new ApiError('service_unavailable', {
-          message: `Model ${c.model.name} has no backend available right now; retry with backoff`,
-          headers: { 'retry-after': '5' },
-        })
+      await run(
+        c,
+        () => res.headersSent,
+        async (m, req, retries) => {
+          res.setHeader(MODEL_HEADER, m.name);
+          if (m !== c.model) res.setHeader(FALLBACK_HEADER, c.model.name);
+          const usage = await forward(req, res, { dispatcher: deps.dispatcher, retries });
+          return { ...(usage ? { usage } : {}), value: undefined };
+        },
       );
     },
+    async complete(c) {
+      const body: Record<string, unknown> = { ...c.body, stream: false };
+      delete body.stream_options;
+      const out = await run(
+        { ...c, body },
+        () => false,
+        async (m, req, retries) => {
+          const answer = await forwardJson(req, { dispatcher: deps.dispatcher, retries });
+          const usage = usageOf(answer);
+          return { ...(usage ? { usage } : {}), value: { model: m, body: answer } };
+        },
+      );
+      if (!out) throw new ClientGone();
+      return out;
+    },
+    state(m) {
+      const t = now();
+      let until: number | undefined;
+      let warm = false;
+      for (const b of m.backends) {
+        const c = cooling.get(backendKey(b)) ?? 0;
+        until = until === undefined ? c : Math.min(until, c);
+        if (!('endpoint' in b)) warm = true;
+        else if ((deps.platform?.endpoints.get(b.endpoint)?.status?.readyReplicas ?? 0) > 0) warm = true;
+      }
+      const ms = latency.get(m.name);
+      return {
+        ...(until !== undefined && until > t ? { coolingUntil: until } : {}),
+        warm,
+        ...(ms !== undefined ? { latencyMs: ms } : {}),
+      };
+    },
+    now,
   };
 }

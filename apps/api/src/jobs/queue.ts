@@ -42,11 +42,19 @@ export async function startJobQueue(
     pollingIntervalSeconds?: number;
     /** How often schedules are checked (pg-boss's cronWorkerIntervalSeconds; tests use 1). */
     cronIntervalSeconds?: number;
+    /** How often jobs' heartbeats and expiry are checked (pg-boss's monitorIntervalSeconds). */
+    monitorIntervalSeconds?: number;
   } = {},
 ): Promise<JobQueue> {
   const common = {
     schema: JOBS_SCHEMA,
     ...(options.cronIntervalSeconds ? { cronWorkerIntervalSeconds: options.cronIntervalSeconds } : {}),
+    ...(options.monitorIntervalSeconds
+      ? {
+          monitorIntervalSeconds: options.monitorIntervalSeconds,
+          superviseIntervalSeconds: options.monitorIntervalSeconds,
+        }
+      : {}),
   };
   const boss =
     db.kind === 'postgres'

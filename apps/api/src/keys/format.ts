@@ -50,6 +50,6 @@ export function sameDigest(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-export function newId(prefix: 'acct' | 'key' | 'inv'): string {
+export function newId(prefix: 'acct' | 'key' | 'inv' | 'chr' | 'chx'): string {
   return `${prefix}_${randomBase62(20)}`;
 }

@@ -22,6 +22,8 @@ export interface ForwardRequest {
   signal: AbortSignal;
   /** Extra request headers (an external backend's `authorization`). */
   headers?: Record<string, string>;
+  /** Rewrite the answer's `"model": from` to `to` (Olympus names the catalog model it chose). */
+  renameModel?: { from: string; to: string };
 }
 
 export interface ForwardDeps {
@@ -143,6 +145,7 @@ function relay(
   res: Response,
   tap: SseUsageTap,
   signal: AbortSignal,
+  rename?: (b: Buffer) => Buffer,
 ): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const done = (err?: unknown) => {
@@ -153,7 +156,8 @@ function relay(
       else reject(err);
     };
     const onData = (chunk: Buffer) => {
-      const out = tap.push(chunk);
+      const tapped = tap.push(chunk);
+      const out = rename ? rename(tapped) : tapped;
       if (out.length && !res.write(out)) {
         body.pause();
         res.once('drain', onDrain);
@@ -170,6 +174,39 @@ function relay(
     );
     body.on('data', onData);
   });
+}
+
+/** Rewrites `"model":"<from>"` members (either JSON spacing) in complete JSON text or SSE events. */
+function modelRenamer(r: { from: string; to: string }): (b: Buffer) => Buffer {
+  const from = JSON.stringify(r.from);
+  const to = `"model":${JSON.stringify(r.to)}`;
+  const patterns = [`"model":${from}`, `"model": ${from}`];
+  return (b) => {
+    if (b.length === 0) return b;
+    const text = b.toString('utf8');
+    let out = text;
+    for (const p of patterns) out = out.replaceAll(p, to);
+    return out === text ? b : Buffer.from(out, 'utf8');
+  };
+}
+
+/**
+ * One non-streamed call read whole (a managed tool loop's model step): the parsed JSON answer.
+ * The same connection and retry rules as forward(); nothing is written anywhere.
+ */
+export async function forwardJson(req: ForwardRequest, deps: ForwardDeps): Promise<Record<string, unknown>> {
+  const upstream = await connect(req, deps, JSON.stringify(req.body ?? {}));
+  if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream.body));
+  const text = await upstream.body.text();
+  let body: unknown;
+  try {
+    body = JSON.parse(req.renameModel ? modelRenamer(req.renameModel)(Buffer.from(text)).toString() : text);
+  } catch {
+    body = undefined;
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new ApiError('engine_unreachable');
+  return body as Record<string, unknown>;
 }
 
 /**
@@ -200,7 +237,8 @@ export async function forward(
 
   const contentType = String(upstream.headers['content-type'] ?? 'application/json');
   if (!contentType.startsWith('text/event-stream')) {
-    const buf = Buffer.from(await upstream.body.arrayBuffer());
+    let buf: Buffer = Buffer.from(await upstream.body.arrayBuffer());
+    if (req.renameModel) buf = modelRenamer(req.renameModel)(buf);
     res.status(upstream.statusCode).type(contentType).send(buf);
     try {
       return usageOf(JSON.parse(buf.toString('utf8')));
@@ -216,9 +254,10 @@ export async function forward(
     res.flushHeaders();
   }
   const tap = new SseUsageTap(tapOptions);
+  const rename = req.renameModel && modelRenamer(req.renameModel);
   try {
-    await relay(upstream.body, res, tap, req.signal);
-    const rest = tap.end();
+    await relay(upstream.body, res, tap, req.signal, rename);
+    const rest = rename ? rename(tap.end()) : tap.end();
     if (rest.length) res.write(rest);
     res.end();
     return tap.usage;

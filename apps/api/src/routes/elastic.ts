@@ -12,6 +12,8 @@ import type { ElasticCatalog } from '../elastic/catalog.ts';
 import { type ElasticCaller, FALLBACK_HEADER, MODEL_HEADER } from '../elastic/call.ts';
 import { adminModel, adminView, entryBody, modelName, type ModelKind } from '../elastic/entry.ts';
 import { callDedicated, type DedicatedDeps } from './dedicated.ts';
+import { chooseModel, type OlympusDeps } from '../olympus/choose.ts';
+import { isOlympusModel, OLYMPUS_HEADER } from '../olympus/pick.ts';
 
 export interface ElasticRouteDeps {
   catalog: ElasticCatalog;
@@ -21,6 +23,8 @@ export interface ElasticRouteDeps {
   dedicated?: Pick<DedicatedDeps, 'upstream' | 'usage' | 'dispatcher' | 'config' | 'metrics'> & {
     endpoints: EndpointCache;
   };
+  /** `model` = auto | olympus | olympus-auto (absent: refused as olympus_not_enabled). */
+  olympus?: Omit<OlympusDeps, 'catalog' | 'live'>;
 }
 
 const ROUTES: readonly {
@@ -132,7 +136,25 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
             payload: pinned ? { ...payload, model: name } : payload,
           });
         }
-        const model = deps.catalog.get(name);
+        const requestBytes = Number(req.get('content-length')) || JSON.stringify(payload).length;
+        let olympus = false;
+        let model = deps.catalog.get(name);
+        if (isOlympusModel(name)) {
+          if (!deps.olympus) throw new ApiError('olympus_not_enabled', { param: 'model' });
+          const choice = await chooseModel(
+            { ...deps.olympus, catalog: deps.catalog, live: deps.caller },
+            { accountId: caller.accountId, toolPin: caller.principal.toolPin },
+            {
+              kinds: r.kinds,
+              body: payload,
+              requestBytes,
+              tools: Array.isArray(payload.tools) && payload.tools.length > 0,
+            },
+          );
+          model = choice.model;
+          olympus = true;
+          res.setHeader(OLYMPUS_HEADER, choice.reason);
+        }
         if (!model) throw notFound(name);
         if (!r.kinds.includes(model.kind))
           throw new ApiError('validation_error', {
@@ -147,11 +169,12 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
               kinds: r.kinds,
               path: r.upstreamPath,
               body: payload,
-              requestBytes: Number(req.get('content-length')) || JSON.stringify(payload).length,
+              requestBytes,
               accountId: caller.accountId,
               keyId: caller.principal.keyId,
               requestId: String(res.locals.requestId),
               signal: scope.signal,
+              ...(olympus ? { renameModel: true } : {}),
             },
             res,
           );

@@ -3,6 +3,9 @@ import { z } from 'zod';
 import type { Routes } from '../http/routes.ts';
 import { openaiError } from '../openapi.ts';
 import type { OlympusPolicyRecord, OlympusRepository } from '../repositories/olympus.ts';
+import { chooseModel, type OlympusDeps } from '../olympus/choose.ts';
+import { OLYMPUS_HEADER } from '../olympus/pick.ts';
+import type { ModelKind } from '../elastic/entry.ts';
 
 const modelName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/, 'must be a catalog model name');
 
@@ -41,6 +44,43 @@ const policyView = z.object({
   updated_at: z.string().nullable(),
 });
 
+const tokens = z
+  .number({ error: 'must be a whole number of tokens' })
+  .int('must be a whole number of tokens')
+  .min(0, 'must be at least 0')
+  .optional();
+
+const ROUTE_KINDS: Record<string, readonly ModelKind[]> = {
+  'chat/completions': ['chat'],
+  completions: ['completion', 'chat'],
+  responses: ['chat'],
+};
+
+export const routeBody = z
+  .looseObject({
+    endpoint: z
+      .enum(['chat/completions', 'completions', 'responses'], {
+        error: 'must be one of "chat/completions", "completions", "responses"',
+      })
+      .default('chat/completions')
+      .describe('The Elastic route the request would go to'),
+    max_tokens: tokens,
+    max_completion_tokens: tokens,
+    max_output_tokens: tokens,
+    tools: z.array(z.unknown(), { error: 'must be an array' }).optional(),
+    stream: z.boolean({ error: 'must be true or false' }).optional(),
+  })
+  .describe('The body you would send to the Elastic route (messages, prompt or input, …), plus `endpoint`');
+
+const routeView = z.object({
+  model: z.string().describe('The catalog model Olympus would call now'),
+  reason: z
+    .string()
+    .describe('`cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down or must wake)'),
+  objective: z.enum(['cost', 'latency', 'quality']),
+  considered: z.array(z.string()).describe('The catalog models that fit the request and the policy'),
+});
+
 function view(p: OlympusPolicyRecord): z.infer<typeof policyView> {
   return {
     allowed_models: p.allowedModels,
@@ -50,7 +90,10 @@ function view(p: OlympusPolicyRecord): z.infer<typeof policyView> {
   };
 }
 
-export function registerOlympusRoutes(routes: Routes, deps: { olympus: OlympusRepository }): void {
+export function registerOlympusRoutes(
+  routes: Routes,
+  deps: { olympus: OlympusRepository; choose?: Omit<OlympusDeps, 'policies'> },
+): void {
   const errors = {
     401: { description: 'Missing, malformed or revoked key', schema: openaiError },
     403: { description: 'Wrong scope', schema: openaiError },
@@ -93,6 +136,47 @@ export function registerOlympusRoutes(routes: Routes, deps: { olympus: OlympusRe
         routes: b.routes,
       });
       res.json(view(stored));
+    },
+  );
+  const choose = deps.choose;
+  if (!choose) return;
+  routes.add(
+    {
+      method: 'post',
+      path: '/api/olympus/route',
+      tag: 'olympus',
+      auth: { scopes: ['inference', 'global'] },
+      summary: 'Dry run: which catalog model Olympus would choose for this request now, and why',
+      body: routeBody,
+      responses: {
+        200: { description: 'The choice (nothing is called or charged)', schema: routeView },
+        400: {
+          description: '`olympus_not_enabled`, an invalid body (the field is named), or no model fits',
+          schema: openaiError,
+        },
+        ...errors,
+        429: { description: 'Every model that fits is cooling down after a 429', schema: openaiError },
+      },
+    },
+    async ({ caller, body, res }) => {
+      const { endpoint, ...request } = body();
+      const choice = await chooseModel(
+        { ...choose, policies: deps.olympus },
+        { accountId: caller.accountId, toolPin: caller.principal.toolPin },
+        {
+          kinds: ROUTE_KINDS[endpoint]!,
+          body: request,
+          requestBytes: JSON.stringify(request).length,
+          tools: Array.isArray(request.tools) && request.tools.length > 0,
+        },
+      );
+      res.setHeader(OLYMPUS_HEADER, choice.reason);
+      res.json({
+        model: choice.model.name,
+        reason: choice.reason,
+        objective: choice.objective,
+        considered: choice.considered,
+      });
     },
   );
 }

@@ -21,6 +21,10 @@ type Hardware struct {
 	GpuCount int64  `json:"gpuCount"`
 }
 
+type Routing struct {
+	Strategy string `json:"strategy"`
+}
+
 type Scaling struct {
 	MinReplicas        int64 `json:"minReplicas"`
 	MaxReplicas        int64 `json:"maxReplicas"`
@@ -37,6 +41,7 @@ type Endpoint struct {
 	Hardware           Hardware `json:"hardware"`
 	AuthMode           string   `json:"authMode"`
 	Scaling            Scaling  `json:"scaling"`
+	Routing            Routing  `json:"routing"`
 	Status             string   `json:"status"`
 	Label              string   `json:"label"`
 	Reason             *string  `json:"reason"`
@@ -52,11 +57,12 @@ type EndpointBody struct {
 	Name        string   `json:"name,omitempty"`
 	Model       string   `json:"model"`
 	Revision    string   `json:"revision,omitempty"`
-	MaxModelLen *int64   `json:"maxModelLen"`
+	MaxModelLen *int64   `json:"maxModelLen,omitempty"` // POST and PUT refuse null: left out is the model's own
 	HubToken    string   `json:"hubToken,omitempty"`
 	Hardware    Hardware `json:"hardware"`
 	AuthMode    string   `json:"authMode,omitempty"`
 	Scaling     Scaling  `json:"scaling"`
+	Routing     *Routing `json:"routing,omitempty"`
 }
 
 // Key is an item of GET /api/keys; Value is set only in the answer to POST /api/keys.

@@ -34,6 +34,7 @@ const (
 	defaultMaxReplicas = 1
 	defaultIdleTimeout = 900
 	defaultGpuCount    = 1
+	defaultRouting     = "prefixAffinity"
 
 	defaultCreateTimeout = 20 * time.Minute // spec §8: provisioning normally takes 2–10 minutes
 	defaultUpdateTimeout = 20 * time.Minute
@@ -43,6 +44,7 @@ const (
 // pollInterval is how often the provider reads an endpoint while it waits for it.
 var pollInterval = 2 * time.Second
 
+var routingAttrTypes = map[string]attr.Type{"strategy": types.StringType}
 var hardwareAttrTypes = map[string]attr.Type{"gpu_type": types.StringType, "gpu_count": types.Int64Type}
 var scalingAttrTypes = map[string]attr.Type{
 	"min_replicas": types.Int64Type, "max_replicas": types.Int64Type, "idle_timeout_seconds": types.Int64Type,
@@ -58,6 +60,7 @@ type endpointModel struct {
 	Hardware    types.Object   `tfsdk:"hardware"`
 	AuthMode    types.String   `tfsdk:"auth_mode"`
 	Scaling     types.Object   `tfsdk:"scaling"`
+	Routing     types.Object   `tfsdk:"routing"`
 	Status      types.String   `tfsdk:"status"`
 	Label       types.String   `tfsdk:"label"`
 	Reason      types.String   `tfsdk:"reason"`
@@ -70,6 +73,10 @@ type endpointModel struct {
 type hardwareModel struct {
 	GpuType  types.String `tfsdk:"gpu_type"`
 	GpuCount types.Int64  `tfsdk:"gpu_count"`
+}
+
+type routingModel struct {
+	Strategy types.String `tfsdk:"strategy"`
 }
 
 type scalingModel struct {
@@ -172,11 +179,28 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 					},
 				},
 			},
-			"status":     computed("`building`, `up`, `hibernated`, `waking` or `failed`."),
-			"label":      computed("The dashboard label: PROVISIONING, ONLINE, SLEEPING, WAKING UP or FAILED."),
-			"reason":     computed("Why the endpoint is in its status (e.g. ModelTooLarge), if anything is to be said."),
-			"message":    computed("The reason in words."),
-			"base_url":   computed("OpenAI base URL of the endpoint (`…/api/d/endpt-…`)."),
+			"routing": schema.SingleNestedAttribute{
+				Optional: true, Computed: true,
+				Default: objectdefault.StaticValue(types.ObjectValueMust(routingAttrTypes, map[string]attr.Value{
+					"strategy": types.StringValue(defaultRouting),
+				})),
+				Description: "How calls are spread over replicas. Changes in place.",
+				Attributes: map[string]schema.Attribute{
+					"strategy": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultRouting),
+						Description: "`prefixAffinity` (default: calls whose prompts start alike go to the same replica), " +
+							"`leastLoad` or `roundRobin`.",
+					},
+				},
+			},
+			"status":  computed("`building`, `up`, `hibernated`, `waking` or `failed`."),
+			"label":   computed("The dashboard label: PROVISIONING, ONLINE, SLEEPING, WAKING UP or FAILED."),
+			"reason":  computed("Why the endpoint is in its status (e.g. ModelTooLarge), if anything is to be said."),
+			"message": computed("The reason in words."),
+			"base_url": schema.StringAttribute{
+				Computed: true, PlanModifiers: keep,
+				Description: "OpenAI base URL of the endpoint (`…/api/d/endpt-…`): what `base_url` of an OpenAI SDK takes.",
+			},
 			"generation": schema.Int64Attribute{Computed: true, Description: "Bumped by every change of the endpoint."},
 			"timeouts":   timeouts.Attributes(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
@@ -191,8 +215,10 @@ func (r *endpointResource) ImportState(ctx context.Context, req resource.ImportS
 func (m *endpointModel) body(ctx context.Context) (EndpointBody, diag.Diagnostics) {
 	var hw hardwareModel
 	var sc scalingModel
+	var rt routingModel
 	diags := m.Hardware.As(ctx, &hw, objectAs)
 	diags.Append(m.Scaling.As(ctx, &sc, objectAs)...)
+	diags.Append(m.Routing.As(ctx, &rt, objectAs)...)
 	return EndpointBody{
 		Name:        m.Name.ValueString(),
 		Model:       m.Model.ValueString(),
@@ -206,6 +232,7 @@ func (m *endpointModel) body(ctx context.Context) (EndpointBody, diag.Diagnostic
 			MaxReplicas:        sc.MaxReplicas.ValueInt64(),
 			IdleTimeoutSeconds: sc.IdleTimeoutSeconds.ValueInt64(),
 		},
+		Routing: &Routing{Strategy: rt.Strategy.ValueString()},
 	}, diags
 }
 
@@ -224,6 +251,9 @@ func (m *endpointModel) set(e *Endpoint) {
 		"min_replicas":         types.Int64Value(e.Scaling.MinReplicas),
 		"max_replicas":         types.Int64Value(e.Scaling.MaxReplicas),
 		"idle_timeout_seconds": types.Int64Value(e.Scaling.IdleTimeoutSeconds),
+	})
+	m.Routing = types.ObjectValueMust(routingAttrTypes, map[string]attr.Value{
+		"strategy": types.StringValue(e.Routing.Strategy),
 	})
 	m.Status = types.StringValue(e.Status)
 	m.Label = types.StringValue(e.Label)
@@ -311,6 +341,7 @@ func (r *endpointResource) Update(ctx context.Context, req resource.UpdateReques
 		"hardware":    body.Hardware,
 		"authMode":    body.AuthMode,
 		"scaling":     body.Scaling,
+		"routing":     body.Routing,
 	}
 	if body.Name != "" {
 		patch["name"] = body.Name

@@ -1,0 +1,255 @@
+// Data access for Chronos runs and their executions (Prisma only here). Writes that queue a job do
+// it in the same transaction (pg-boss's `db` option over this transaction): a run is never saved
+// without its next fire queued, and a fire never records an execution without queuing it.
+import type { Prisma, PrismaClient } from '@berth/db';
+import type { Step } from './steps.ts';
+
+export interface RunRecord {
+  id: string;
+  accountId: string;
+  name: string;
+  schedule: string;
+  timezone: string;
+  steps: Step[];
+  keyId: string;
+  nextFireAt: Date | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export type ExecutionStatus = 'queued' | 'running' | 'succeeded' | 'failed';
+
+export interface StepResult {
+  index: number;
+  type: Step['type'];
+  status: 'succeeded' | 'failed';
+  /** The catalog model that answered (chat), or the MCP tool called (tool). */
+  model?: string;
+  tool?: string;
+  output: string | null;
+  error: string | null;
+  /** Micro-units, as a decimal string of the integer (JSON has no bigint). */
+  cost: string;
+  startedAt: string;
+  endedAt: string;
+}
+
+export interface ExecutionRecord {
+  id: string;
+  runId: string;
+  accountId: string;
+  trigger: 'schedule' | 'manual';
+  scheduledFor: Date | null;
+  status: ExecutionStatus;
+  reason: string | null;
+  steps: Step[];
+  results: StepResult[];
+  cost: bigint;
+  attempts: number;
+  worker: string | null;
+  createdAt: Date;
+  startedAt: Date | null;
+  endedAt: Date | null;
+}
+
+/** What pg-boss needs to write its job in our transaction. */
+export interface TxSql {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+export type Enqueue = (db: TxSql) => Promise<void>;
+
+export type FireOutcome =
+  { kind: 'stale' } | { kind: 'fired'; run: RunRecord; executionId: string | null; next: Date | null };
+
+export interface ChronosRepository {
+  create(run: Omit<RunRecord, 'createdAt' | 'updatedAt'>, enqueue: Enqueue): Promise<RunRecord>;
+  get(accountId: string, id: string): Promise<RunRecord | null>;
+  list(accountId: string): Promise<RunRecord[]>;
+  /** Null when the account has no such run. `enqueue` runs when `nextFireAt` is in the patch. */
+  update(
+    accountId: string,
+    id: string,
+    patch: Partial<Pick<RunRecord, 'name' | 'schedule' | 'timezone' | 'steps' | 'nextFireAt'>>,
+    enqueue?: Enqueue,
+  ): Promise<RunRecord | null>;
+  delete(accountId: string, id: string): Promise<RunRecord | null>;
+  /**
+   * The occurrence `at` of run `runId`, once: nothing when the run is gone or its next fire is no
+   * longer `at` (changed since); else records the execution (unless `plan` says not to), moves the
+   * run to its next fire and lets `enqueue` queue both jobs, all in one transaction.
+   */
+  fire(
+    runId: string,
+    at: Date,
+    plan: (run: RunRecord) => { next: Date | null; executionId: string | null },
+    enqueue: (db: TxSql, fired: { executionId: string | null; next: Date | null }) => Promise<void>,
+  ): Promise<FireOutcome>;
+  /** A manual trigger's execution, queued in the same transaction. */
+  queueManual(run: RunRecord, executionId: string, enqueue: Enqueue): Promise<ExecutionRecord>;
+  /**
+   * Marks a queued execution running for this attempt. Otherwise its current state (running: an
+   * earlier attempt's replica died; finished: a duplicate delivery).
+   */
+  claim(
+    id: string,
+    worker: string,
+  ): Promise<
+    { claimed: true; execution: ExecutionRecord } | { claimed: false; execution: ExecutionRecord | null }
+  >;
+  /** Progress of a running attempt (the results so far). */
+  progress(id: string, attempt: number, results: StepResult[], cost: bigint): Promise<void>;
+  /** Ends an execution that is queued or running (in `attempt`, when given). False: it was not. */
+  finish(
+    id: string,
+    end: { status: 'succeeded' | 'failed'; reason: string | null; results?: StepResult[]; cost?: bigint },
+    attempt?: number,
+  ): Promise<boolean>;
+  executions(accountId: string, runId: string, limit: number): Promise<ExecutionRecord[]>;
+  execution(id: string): Promise<ExecutionRecord | null>;
+}
+
+type RunRow = Prisma.ChronosRunGetPayload<object>;
+type ExecutionRow = Prisma.ChronosExecutionGetPayload<object>;
+
+const runOf = (r: RunRow): RunRecord => ({ ...r, steps: r.steps as unknown as Step[] });
+const executionOf = (r: ExecutionRow): ExecutionRecord => ({
+  ...r,
+  trigger: r.trigger as ExecutionRecord['trigger'],
+  steps: r.steps as unknown as Step[],
+  results: r.results as unknown as StepResult[],
+});
+
+function txSql(tx: Prisma.TransactionClient): TxSql {
+  return {
+    async executeSql(text, values = []) {
+      return { rows: await tx.$queryRawUnsafe<unknown[]>(text, ...values) };
+    },
+  };
+}
+
+const json = (v: unknown) => v as Prisma.InputJsonValue;
+
+export function chronosRepository(prisma: PrismaClient): ChronosRepository {
+  return {
+    async create(run, enqueue) {
+      return prisma.$transaction(async (tx) => {
+        const row = await tx.chronosRun.create({ data: { ...run, steps: json(run.steps) } });
+        await enqueue(txSql(tx));
+        return runOf(row);
+      });
+    },
+    async get(accountId, id) {
+      const row = await prisma.chronosRun.findFirst({ where: { id, accountId } });
+      return row ? runOf(row) : null;
+    },
+    async list(accountId) {
+      const rows = await prisma.chronosRun.findMany({
+        where: { accountId },
+        orderBy: [{ createdAt: 'asc' }, { id: 'asc' }],
+      });
+      return rows.map(runOf);
+    },
+    async update(accountId, id, patch, enqueue) {
+      return prisma.$transaction(async (tx) => {
+        const locked = await tx.$queryRaw<{ id: string }[]>`
+          SELECT id FROM chronos_runs WHERE id = ${id} AND account_id = ${accountId} FOR UPDATE`;
+        if (!locked.length) return null;
+        const { steps, ...rest } = patch;
+        const row = await tx.chronosRun.update({
+          where: { id },
+          data: { ...rest, ...(steps ? { steps: json(steps) } : {}), updatedAt: new Date() },
+        });
+        if (enqueue && 'nextFireAt' in patch) await enqueue(txSql(tx));
+        return runOf(row);
+      });
+    },
+    async delete(accountId, id) {
+      const row = await prisma.chronosRun.findFirst({ where: { id, accountId } });
+      if (!row) return null;
+      const { count } = await prisma.chronosRun.deleteMany({ where: { id, accountId } });
+      return count ? runOf(row) : null;
+    },
+    async fire(runId, at, plan, enqueue) {
+      return prisma.$transaction(async (tx) => {
+        // Row lock: a concurrent PATCH (which moves next_fire_at) and this fire serialize.
+        const rows = await tx.$queryRaw<{ id: string }[]>`
+          SELECT id FROM chronos_runs WHERE id = ${runId} AND next_fire_at = ${at} FOR UPDATE`;
+        if (!rows.length) return { kind: 'stale' as const };
+        const run = runOf((await tx.chronosRun.findUnique({ where: { id: runId } }))!);
+        const { next, executionId } = plan(run);
+        let recorded: string | null = null;
+        if (executionId) {
+          // The unique (run_id, scheduled_for) makes a second delivery of this fire a no-op.
+          const inserted = await tx.$executeRaw`
+            INSERT INTO chronos_executions (id, run_id, account_id, trigger, scheduled_for, steps)
+            VALUES (${executionId}, ${run.id}, ${run.accountId}, 'schedule', ${at}, ${JSON.stringify(run.steps)}::jsonb)
+            ON CONFLICT (run_id, scheduled_for) DO NOTHING`;
+          recorded = inserted ? executionId : null;
+        }
+        await tx.chronosRun.update({ where: { id: runId }, data: { nextFireAt: next } });
+        await enqueue(txSql(tx), { executionId: recorded, next });
+        return { kind: 'fired' as const, run, executionId: recorded, next };
+      });
+    },
+    async queueManual(run, executionId, enqueue) {
+      return prisma.$transaction(async (tx) => {
+        const row = await tx.chronosExecution.create({
+          data: {
+            id: executionId,
+            runId: run.id,
+            accountId: run.accountId,
+            trigger: 'manual',
+            steps: json(run.steps),
+          },
+        });
+        await enqueue(txSql(tx));
+        return executionOf(row);
+      });
+    },
+    async claim(id, worker) {
+      const rows = await prisma.$queryRaw<{ id: string }[]>`
+        UPDATE chronos_executions
+           SET status = 'running', started_at = now(), attempts = attempts + 1, worker = ${worker}
+         WHERE id = ${id} AND status = 'queued'
+        RETURNING id`;
+      const row = await prisma.chronosExecution.findUnique({ where: { id } });
+      if (rows.length && row) return { claimed: true, execution: executionOf(row) };
+      return { claimed: false, execution: row ? executionOf(row) : null };
+    },
+    async progress(id, attempt, results, cost) {
+      await prisma.chronosExecution.updateMany({
+        where: { id, status: 'running', attempts: attempt },
+        data: { results: json(results), cost },
+      });
+    },
+    async finish(id, end, attempt) {
+      const { count } = await prisma.chronosExecution.updateMany({
+        where: {
+          id,
+          status: { in: ['queued', 'running'] },
+          ...(attempt !== undefined ? { attempts: attempt } : {}),
+        },
+        data: {
+          status: end.status,
+          reason: end.reason,
+          endedAt: new Date(),
+          ...(end.results ? { results: json(end.results) } : {}),
+          ...(end.cost !== undefined ? { cost: end.cost } : {}),
+        },
+      });
+      return count > 0;
+    },
+    async executions(accountId, runId, limit) {
+      const rows = await prisma.chronosExecution.findMany({
+        where: { runId, accountId },
+        orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+        take: limit,
+      });
+      return rows.map(executionOf);
+    },
+    async execution(id) {
+      const row = await prisma.chronosExecution.findUnique({ where: { id } });
+      return row ? executionOf(row) : null;
+    },
+  };
+}

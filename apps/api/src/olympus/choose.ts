@@ -1,0 +1,123 @@
+// Olympus on an Elastic call: may this key use it (spec §5.7), and which catalog model answers.
+// The I/O half around pickModel(): the account's policy, the catalog, and each model's live state
+// (cool-downs after 429, warm pools, measured latency) as the Elastic caller sees it.
+import type { ElasticCatalog } from '../elastic/catalog.ts';
+import type { ElasticCaller } from '../elastic/call.ts';
+import type { CatalogModel, ModelKind } from '../elastic/entry.ts';
+import { ApiError } from '../errors.ts';
+import type { OlympusRepository } from '../repositories/olympus.ts';
+import type { ToolRepository } from '../repositories/tools.ts';
+import type { ToolCaller } from '../tools/access.ts';
+import {
+  pickModel,
+  requireOlympus,
+  type Candidate,
+  type Needs,
+  type Objective,
+  type Reason,
+} from './pick.ts';
+
+export interface OlympusDeps {
+  tools: Pick<ToolRepository, 'lookup'>;
+  policies: Pick<OlympusRepository, 'get'>;
+  catalog: Pick<ElasticCatalog, 'list'>;
+  live: Pick<ElasticCaller, 'state' | 'now'>;
+}
+
+export interface OlympusAsk {
+  /** The route's kinds (a completion route takes completion and chat models). */
+  kinds: readonly ModelKind[];
+  body: Record<string, unknown>;
+  /** The body's size: the upper bound of the prompt in tokens, as billing reserves. */
+  requestBytes: number;
+  /** The request asks for tools (function or managed): only models that take `tools`. */
+  tools: boolean;
+}
+
+export interface OlympusChoice {
+  model: CatalogModel;
+  reason: Reason;
+  objective: Objective;
+  /** The models that fit the request and the policy (catalog order). */
+  considered: string[];
+}
+
+function maxTokens(body: Record<string, unknown>): number {
+  for (const k of ['max_tokens', 'max_completion_tokens', 'max_output_tokens']) {
+    const v = body[k];
+    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+  }
+  return 0;
+}
+
+/** The request's needs, the account's policy, the catalog now → the model (or the ApiError why not). */
+export async function chooseModel(
+  deps: OlympusDeps,
+  caller: ToolCaller,
+  ask: OlympusAsk,
+): Promise<OlympusChoice> {
+  await requireOlympus(deps.tools, caller);
+  const policy = await deps.policies.get(caller.accountId);
+  const kind = ask.kinds[0]!;
+  const needs: Needs = {
+    kind,
+    promptTokens: ask.requestBytes,
+    maxTokens: maxTokens(ask.body),
+    tools: ask.tools,
+  };
+  const models = new Map(deps.catalog.list().map((m) => [m.name, m]));
+  // The quality objective ranks by the policy's own order: allowed_models lists the best first.
+  const rank = new Map(policy.allowedModels.map((name, i) => [name, policy.allowedModels.length - i]));
+  const candidates: Candidate[] = [...models.values()]
+    .filter((m) => ask.kinds.includes(m.kind))
+    .map((m) => {
+      const live = deps.live.state(m);
+      const quality = rank.get(m.name);
+      return {
+        name: m.name,
+        kind,
+        contextLength: m.contextLength ?? Number.MAX_SAFE_INTEGER,
+        // The catalog does not record function calling per model; chat models are assumed to take tools.
+        tools: m.kind === 'chat',
+        inputPerMTok: m.pricing.inputPerMTok,
+        outputPerMTok: m.pricing.outputPerMTok,
+        warm: live.warm,
+        ...(live.coolingUntil !== undefined ? { coolingUntil: live.coolingUntil } : {}),
+        ...(live.latencyMs !== undefined ? { latencyMs: live.latencyMs } : {}),
+        ...(quality !== undefined ? { quality } : {}),
+      };
+    });
+  const choice = pickModel(
+    needs,
+    { allowedModels: policy.allowedModels, objective: policy.objective },
+    candidates,
+    deps.live.now(),
+  );
+  if (!choice.ok) {
+    if (choice.why === 'all_cooling')
+      throw new ApiError('rate_limited', {
+        message:
+          'Every model Olympus may choose for this request is over capacity right now; retry with backoff',
+        headers: { 'retry-after': '1' },
+      });
+    throw new ApiError('validation_error', {
+      message: `Olympus found no catalog model for this request: it needs ${KIND[kind]}${needs.tools ? ' that takes tools' : ''} with a context of at least ${needs.promptTokens + needs.maxTokens} tokens${policy.allowedModels.length ? `, among the policy's allowed_models (${policy.allowedModels.join(', ')})` : ''}`,
+      param: 'model',
+    });
+  }
+  const considered = candidates
+    .filter(
+      (c) =>
+        (!policy.allowedModels.length || policy.allowedModels.includes(c.name)) &&
+        c.contextLength >= needs.promptTokens + needs.maxTokens &&
+        (!needs.tools || c.tools),
+    )
+    .map((c) => c.name);
+  return { model: models.get(choice.model)!, reason: choice.reason, objective: policy.objective, considered };
+}
+
+const KIND: Record<ModelKind, string> = {
+  chat: 'a chat model',
+  completion: 'a completion model',
+  embedding: 'an embedding model',
+};

@@ -1,0 +1,239 @@
+// Chronos executions on one API, real PostgreSQL, pg-boss, an engine simulator behind a catalog
+// model and a real MCP server as a managed tool: a two-step run whose tool step uses the chat
+// step's output, its cost in the ledger and usage; a scheduled fire with an empty balance recorded
+// as failed with the reason; a failing step ends the execution with the step's error.
+import { randomUUID } from 'node:crypto';
+import { startEngineSim } from '@berth/engine-sim';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { eventually } from '@berth/test/support/eventually';
+import { startMcpServer, type TestMcpServer } from '@berth/test/support/mcp-server';
+import { sql } from '@berth/test/support/postgres';
+
+let api: TestApi;
+let engine: Awaited<ReturnType<typeof startEngineSim>>;
+let mcp: TestMcpServer;
+type Account = Awaited<ReturnType<TestApi['newAccount']>>;
+let acct: Account;
+
+const json = (key: string) => ({ ...bearer(key), 'content-type': 'application/json' });
+const call = (key: string, method: string, path: string, body?: unknown) =>
+  fetch(api.url + path, {
+    method,
+    headers: json(key),
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+  });
+
+interface Execution {
+  id: string;
+  status: string;
+  reason: string | null;
+  cost: string;
+  trigger: string;
+  scheduled_for: string | null;
+  attempts: number;
+  steps: {
+    index: number;
+    type: string;
+    status: string;
+    output: string | null;
+    error: string | null;
+    cost: string;
+    model?: string;
+    tool?: string;
+  }[];
+}
+const executions = async (key: string, runId: string): Promise<Execution[]> =>
+  (await (await call(key, 'GET', `/api/chronos/runs/${runId}/executions`)).json()).data;
+const finished = async (key: string, runId: string, n = 1) => {
+  let list: Execution[] = [];
+  await eventually(
+    async () => {
+      list = await executions(key, runId);
+      return list.length >= n && list.every((e) => e.status === 'succeeded' || e.status === 'failed');
+    },
+    { timeout: 30_000, interval: 200 },
+  );
+  return list;
+};
+
+async function newChronosAccount(amount?: string): Promise<Account> {
+  const a = await api.newAccount();
+  expect((await call(a.global, 'POST', '/api/tools', { tool_id: 'chronos' })).status).toBe(200);
+  if (amount) {
+    const res = await api.admin(`/admin/accounts/${a.id}/credits`, {
+      method: 'POST',
+      body: JSON.stringify({ amount }),
+      headers: { 'idempotency-key': randomUUID() },
+    });
+    expect(res.status).toBe(201);
+  }
+  return a;
+}
+
+/** Moves a run's pending fire to now: pg-boss hands it out on its next poll (a controllable clock). */
+async function fireNow(runId: string): Promise<void> {
+  const rows = await sql(
+    api.db.url,
+    `UPDATE pgboss.job SET start_after = now() WHERE name = 'chronos-fire' AND data->>'runId' = $1 AND state = 'created' RETURNING id`,
+    [runId],
+  );
+  expect(rows).toHaveLength(1);
+}
+
+beforeAll(async () => {
+  [engine, mcp] = await Promise.all([
+    startEngineSim({ model: 'org/primary', ttftMs: 0, itlMs: 1, outputTokens: 8 }),
+    startMcpServer(),
+  ]);
+  api = await startTestApi({
+    BILLING_FLUSH_INTERVAL_MS: '200',
+    BERTH_SECRETS_KEY: 'cd'.repeat(32),
+    CHRONOS_RUN_FEE: '0.010',
+    CHRONOS_POLL_SECONDS: '0.5',
+  });
+  const put = await api.admin('/admin/models/main', {
+    method: 'PUT',
+    body: JSON.stringify({
+      kind: 'chat',
+      backends: [{ baseUrl: engine.url + '/v1', model: 'org/primary' }],
+      pricing: { inputPerMTok: '1.00', outputPerMTok: '2.00' },
+    }),
+  });
+  expect(put.status).toBe(201);
+  const tool = await api.admin('/admin/tools/weather', {
+    method: 'PUT',
+    body: JSON.stringify({ description: 'test tools', url: mcp.url, price_per_call: '0.002' }),
+  });
+  expect(tool.status).toBe(201);
+  acct = await newChronosAccount('5.00');
+  expect((await call(acct.global, 'POST', '/api/tools', { tool_id: 'weather' })).status).toBe(200);
+}, 60_000);
+
+afterAll(async () => {
+  await api?.stop();
+  await Promise.all([engine?.close(), mcp?.close()]);
+});
+
+describe('a run whose second step uses the first step’s output', () => {
+  it('runs chat then tool, with each output, the costs, and the charge in the ledger', async () => {
+    const created = await call(acct.inference, 'POST', '/api/chronos/runs', {
+      name: 'weather-of-the-answer',
+      schedule: '0 3 * * *',
+      timezone: 'Europe/Berlin',
+      steps: [
+        { type: 'chat', model: 'main', messages: [{ role: 'user', content: 'Name a city' }], max_tokens: 8 },
+        {
+          type: 'tool',
+          tool_id: 'weather',
+          name: 'weather',
+          input: { city: 'the city of {{steps.0.output}}' },
+        },
+      ],
+    });
+    expect(created.status).toBe(201);
+    const run = await created.json();
+    const before = (await (await call(acct.global, 'GET', '/api/billing/balance')).json()).balance;
+    const trigger = await call(acct.global, 'POST', `/api/chronos/runs/${run.id}/trigger`);
+    expect(trigger.status).toBe(202);
+    const queued = await trigger.json();
+    expect(queued.status).toBe('queued');
+
+    const [e] = await finished(acct.global, run.id);
+    expect(e!.id).toBe(queued.id);
+    expect(e!.status, e!.reason ?? '').toBe('succeeded');
+    expect(e!.reason).toBeNull();
+    expect(e!.attempts).toBe(1);
+    const [chat, tool] = e!.steps;
+    expect(chat).toMatchObject({ index: 0, type: 'chat', status: 'succeeded', model: 'main', error: null });
+    expect(chat!.output!.length).toBeGreaterThan(0);
+    expect(tool).toMatchObject({
+      index: 1,
+      type: 'tool',
+      status: 'succeeded',
+      tool: 'weather',
+      cost: '0.002000',
+    });
+    expect(tool!.output).toBe(`Sunny, 21 C in the city of ${chat!.output}`);
+    expect(mcp.calls.at(-1)).toMatchObject({
+      name: 'weather',
+      args: { city: `the city of ${chat!.output}` },
+    });
+
+    // Fee + chat (tokens at the catalog price) + tool price.
+    const micro = (s: string) => BigInt(s.replace('.', ''));
+    expect(micro(chat!.cost)).toBeGreaterThan(0n);
+    expect(micro(e!.cost)).toBe(10_000n + micro(chat!.cost) + 2_000n);
+
+    // The ledger: the balance went down by exactly the execution's cost (charges are flushed in batches).
+    await eventually(
+      async () => {
+        const now = (await (await call(acct.global, 'GET', '/api/billing/balance')).json()).balance;
+        return micro(before) - micro(now) === micro(e!.cost);
+      },
+      { timeout: 10_000, interval: 200 },
+    );
+    const usage = (await (await call(acct.global, 'GET', '/api/billing/usage')).json()).data as {
+      model: string;
+      cost: string;
+    }[];
+    const byModel = Object.fromEntries(usage.map((u) => [u.model, u.cost]));
+    expect(byModel).toMatchObject({ chronos: '0.010000', 'tool:weather': '0.002000', main: chat!.cost });
+  });
+});
+
+describe('balance', () => {
+  it('a scheduled fire the balance cannot cover is recorded as failed, with the reason', async () => {
+    const poor = await newChronosAccount();
+    const created = await call(poor.global, 'POST', '/api/chronos/runs', {
+      name: 'poor',
+      schedule: '*/5 * * * *',
+      timezone: 'UTC',
+      steps: [{ type: 'chat', model: 'main', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }],
+    });
+    expect(created.status).toBe(201);
+    const run = await created.json();
+    await fireNow(run.id);
+    const [e] = await finished(poor.global, run.id);
+    expect(e).toMatchObject({
+      trigger: 'schedule',
+      scheduled_for: run.next_fire_at,
+      status: 'failed',
+      reason:
+        'Insufficient balance / payment required: the balance cannot cover the run fee and the first step',
+      cost: '0.000000',
+      steps: [],
+    });
+    // The schedule goes on: the next fire is queued for the occurrence after.
+    const after = await (await call(poor.global, 'GET', `/api/chronos/runs/${run.id}`)).json();
+    expect(new Date(after.next_fire_at).getTime()).toBe(new Date(run.next_fire_at).getTime() + 5 * 60_000);
+    // Nothing was charged.
+    expect((await (await call(poor.global, 'GET', '/api/billing/balance')).json()).balance).toBe('0.000000');
+  });
+});
+
+describe('a failing step', () => {
+  it('ends the execution failed, naming the step and its error; later steps do not run', async () => {
+    const created = await call(acct.global, 'POST', '/api/chronos/runs', {
+      name: 'failing',
+      schedule: '@daily',
+      timezone: 'UTC',
+      steps: [
+        { type: 'tool', tool_id: 'weather', name: 'fail', input: {} },
+        {
+          type: 'chat',
+          model: 'main',
+          messages: [{ role: 'user', content: '{{steps.0.output}}' }],
+          max_tokens: 8,
+        },
+      ],
+    });
+    const run = await created.json();
+    expect((await call(acct.global, 'POST', `/api/chronos/runs/${run.id}/trigger`)).status).toBe(202);
+    const [e] = await finished(acct.global, run.id);
+    expect(e!.status).toBe('failed');
+    expect(e!.reason).toMatch(/^Step 0 \(tool\) failed: .*the fail tool failed on purpose/);
+    expect(e!.steps).toHaveLength(1);
+    expect(e!.steps[0]).toMatchObject({ status: 'failed', output: null });
+  });
+});
