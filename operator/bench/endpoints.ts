@@ -1,6 +1,7 @@
 // Benchmark: N endpoints reaching `up` on the kwok cluster, operator memory, API request rate at rest,
 // against the control plane's own limit measured in the same run: N plain Deployments with the same
-// pod template (built by the operator's own builder, created by the bench directly) to all-ready.
+// pod template and their Services (built by the operator's own builders, created by the bench
+// directly) to all-ready.
 // Then a no-op resync of the N `up` endpoints: its duration and its writes (target: none).
 // Usage: KUBECONFIG=… node --import tsx operator/bench/endpoints.ts [N]
 //
@@ -10,7 +11,7 @@
 import { createRequire } from 'node:module';
 import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
-import { desiredDeployment } from '@berth/operator';
+import { desiredDeployment, desiredService } from '@berth/operator';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
 import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
@@ -61,7 +62,7 @@ const RESYNC_SECONDS = 45;
 const config = testConfig(ns.name, fakeHub.url, {
   catalog,
   leaderElection: false,
-  concurrency: 8,
+  concurrency: Number(process.env.BERTH_CONCURRENCY ?? 32), // the operator's default
   logLevel: 'error',
   resyncSeconds: RESYNC_SECONDS,
 });
@@ -96,9 +97,15 @@ for (let i = 0; i < N; i += 25) {
         },
       } as unknown as DedicatedEndpoint;
       const d = desiredDeployment(ep, instanceType, build, 1);
-      // No owner: the garbage collector would remove a Deployment whose owner does not exist.
+      const svc = desiredService(ep);
+      // No owner: the garbage collector would remove objects whose owner does not exist.
       delete d.metadata!.ownerReferences;
-      return baseCluster.apps.createNamespacedDeployment({ namespace: base.name, body: d });
+      delete svc.metadata!.ownerReferences;
+      // What serving a model takes without Berth: the Deployment and the Service in front of it.
+      return Promise.all([
+        baseCluster.apps.createNamespacedDeployment({ namespace: base.name, body: d }),
+        baseCluster.core.createNamespacedService({ namespace: base.name, body: svc }),
+      ]);
     }),
   );
 }

@@ -2,6 +2,7 @@
 // BENCHMARKS.md. Every figure is measured in the same run as its baseline.
 import { benchAuth } from './auth.ts';
 import { benchBilling } from './billing.ts';
+import { benchChronos } from './chronos.ts';
 import { benchElastic } from './elastic.ts';
 import { benchOlympus } from './olympus.ts';
 import { benchProxy } from './proxy.ts';
@@ -11,6 +12,7 @@ import { benchRouting } from './routing.ts';
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
   billing: benchBilling,
+  chronos: benchChronos,
   elastic: benchElastic,
   olympus: benchOlympus,
   proxy: () => benchProxy(),

@@ -796,7 +796,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic chat completion (streaming with `stream: true`)
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -818,7 +818,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic chat completion; a key's pinned model overrides `model`
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -840,7 +840,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic text completion
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -862,7 +862,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic embeddings
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -884,7 +884,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic Responses API (as vLLM serves it)
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from.
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -4490,7 +4490,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4541,7 +4541,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4594,6 +4594,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4631,7 +4648,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4682,7 +4699,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4735,6 +4752,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4772,7 +4806,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4823,7 +4857,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4876,6 +4910,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4913,7 +4964,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -4964,7 +5015,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5017,6 +5068,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5054,7 +5122,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Invalid body, or a model of another kind */
+            /** @description Invalid body, a model of another kind, or `olympus_not_enabled` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -5105,7 +5173,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description A compute key, or another account’s endpoint */
+            /** @description A compute key, another account’s endpoint, or a managed tool not allowed (named) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5158,6 +5226,23 @@ export interface operations {
             };
             /** @description No backend available */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call */
+            504: {
                 headers: {
                     [name: string]: unknown;
                 };

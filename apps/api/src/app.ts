@@ -13,6 +13,7 @@ import type { AccountRepository } from './repositories/accounts.ts';
 import { registerAdminRoutes } from './routes/admin.ts';
 import { registerHealthRoutes, type Lifecycle } from './routes/health.ts';
 import { registerKeyRoutes } from './routes/keys.ts';
+import { registerQuotaRoutes } from './routes/quotas.ts';
 import { registerCatalogAdminRoutes, registerElasticRoutes } from './routes/elastic.ts';
 import type { ElasticCatalog } from './elastic/catalog.ts';
 import type { ElasticCaller } from './elastic/call.ts';
@@ -56,6 +57,7 @@ export interface AppDeps {
         | 'PROXY_RETRIES'
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
+        | 'MANAGED_TOOL_MAX_STEPS'
       >
     >;
   catalog?: Catalog;
@@ -70,7 +72,7 @@ export interface AppDeps {
     /** Per-endpoint series on /metrics. */
     metrics?: EndpointMetrics;
     /** Per-account limits on endpoints and GPUs (none when absent). */
-    quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+    quotas?: (accountId: string) => Promise<Pick<Quotas, 'endpoints' | 'gpus'>>;
     /** Serializes an account's endpoint writes across API replicas (default: within this process). */
     accountLock?: AccountLock;
   };
@@ -92,6 +94,8 @@ export interface AppDeps {
   keys: KeyService;
   /** GET /admin/accounts (absent in tests that do not need it). */
   accounts?: AccountRepository;
+  /** The BERTH_QUOTA_* defaults, for /admin/accounts/{id}/quotas (absent: no such route). */
+  quotaDefaults?: Quotas;
   health: HealthRepository;
   metrics: ApiMetrics;
   logger: Logger;
@@ -163,6 +167,13 @@ export function createApp(deps: AppDeps): express.Express {
   // Each route reads its body only once the caller is authenticated (Routes puts it after the key).
   const routes = new Routes(api, doc, '/api', deps.keys, jsonBody(deps.config.MAX_BODY_BYTES));
   registerKeyRoutes(routes, deps);
+  if (deps.accounts && deps.quotaDefaults)
+    registerQuotaRoutes(routes, {
+      keys: deps.keys,
+      accounts: deps.accounts,
+      defaults: deps.quotaDefaults,
+      ...(deps.endpoints ? { endpoints: deps.endpoints.runtime.endpoints } : {}),
+    });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
   const olympusDeps =
@@ -191,6 +202,16 @@ export function createApp(deps: AppDeps): express.Express {
       ...deps.elastic,
       requestTimeoutMs: dedicatedConfig.requestTimeoutMs,
       ...(olympusDeps ? { olympus: olympusDeps } : {}),
+      ...(deps.tools && deps.billing
+        ? {
+            managed: {
+              tools: deps.tools.tools,
+              wallet: deps.billing.wallet,
+              maxSteps: c.MANAGED_TOOL_MAX_STEPS ?? 16,
+              ...(deps.tools.sealer ? { sealer: deps.tools.sealer } : {}),
+            },
+          }
+        : {}),
       ...(ep
         ? {
             dedicated: {

@@ -277,7 +277,7 @@ export const configSchema = z
       .default(780_000)
       .describe('Wall clock of one step of a Chronos execution'),
     CHRONOS_CONCURRENCY: positiveInt('executions')
-      .default(4)
+      .default(8)
       .describe('Chronos executions one API replica runs at once'),
     CHRONOS_POLL_SECONDS: z.coerce
       .number({ error: 'must be a number (seconds)' })

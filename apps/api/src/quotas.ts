@@ -15,6 +15,18 @@ export interface Quotas {
 
 export type QuotaName = keyof Quotas;
 
+/** What the platform operator set for one account (PATCH /admin/accounts/{id}/quotas); null: the default. */
+export type QuotaOverrides = { [K in QuotaName]: number | null };
+
+/** The limits that apply to an account: its overrides, else the configured defaults. */
+export function effectiveQuotas(defaults: Quotas, overrides: QuotaOverrides | null): Quotas {
+  return {
+    keys: overrides?.keys ?? defaults.keys,
+    endpoints: overrides?.endpoints ?? defaults.endpoints,
+    gpus: overrides?.gpus ?? defaults.gpus,
+  };
+}
+
 const described: Record<QuotaName, { what: string; variable: string; lower: string }> = {
   keys: {
     what: 'active API keys',
@@ -42,7 +54,8 @@ export function quotaExceeded(quota: QuotaName, usage: number, wouldBe: number, 
   return new ApiError('quota_exceeded', {
     message:
       `Quota exceeded: ${d.what}: this account has ${usage} and the request would make it ${wouldBe}, ` +
-      `above the limit of ${limit}. To stay within it, ${d.lower}; to raise it, ask the platform's operator (${d.variable}).`,
+      `above the limit of ${limit}. To stay within it, ${d.lower}; to raise it, ask the platform's operator ` +
+      `(${d.variable} for every account, PATCH /admin/accounts/{id}/quotas for one).`,
     param: quota,
   });
 }

@@ -19,6 +19,7 @@ import { endpointMetrics, type EndpointMetrics } from './endpoints/metrics.ts';
 import { healthRepository, keyRepository } from './repositories/keys.ts';
 import { usageRepository } from './repositories/usage.ts';
 import { accountRepository, databaseAccountLock } from './repositories/accounts.ts';
+import { effectiveQuotas } from './quotas.ts';
 import { loadCatalog } from '@berth/crds';
 import { existsSync } from 'node:fs';
 import {
@@ -235,12 +236,19 @@ export async function startApi(
     });
     auth = dashboardAuth({ config, prisma: db.prisma, adminToken, logger });
     const lifecycle: Lifecycle = { shuttingDown: false };
+    const accounts = accountRepository(db.prisma);
+    const quotaDefaults = {
+      keys: config.BERTH_QUOTA_KEYS,
+      endpoints: config.BERTH_QUOTA_ENDPOINTS,
+      gpus: config.BERTH_QUOTA_GPUS,
+    };
     const app = createApp({
       config,
       adminToken,
       keys,
       health: healthRepository(db.prisma, (await loadMigrations()).migrationDirectories.at(-1)?.path),
-      accounts: accountRepository(db.prisma),
+      accounts,
+      quotaDefaults,
       metrics,
       logger,
       lifecycle,
@@ -254,7 +262,8 @@ export async function startApi(
               usage,
               limiter,
               ...(epMetrics ? { metrics: epMetrics } : {}),
-              quotas: { endpoints: config.BERTH_QUOTA_ENDPOINTS, gpus: config.BERTH_QUOTA_GPUS },
+              quotas: async (accountId: string) =>
+                effectiveQuotas(quotaDefaults, await accounts.quotas(accountId)),
               // On Kubernetes several API replicas may write one account's endpoints: the lock is
               // the database's. Local endpoints have one process, and its lock is enough.
               ...(kind === 'kubernetes' && db.kind !== 'embedded'

@@ -59,7 +59,7 @@ describe('databaseAccountLock', () => {
       endpointService({
         catalog: DEFAULT_CATALOG,
         endpoints: store,
-        quotas: { endpoints: 5, gpus: 1000 },
+        quotas: async () => ({ endpoints: 5, gpus: 1000 }),
         lock: databaseAccountLock(r.prisma),
       }),
     );

@@ -212,6 +212,38 @@ describe('balance', () => {
   });
 });
 
+describe('missed fires', () => {
+  it('a fire missed while no replica ran runs once, late; the occurrences between are skipped', async () => {
+    const created = await call(acct.global, 'POST', '/api/chronos/runs', {
+      name: 'missed',
+      schedule: '*/5 * * * *',
+      timezone: 'UTC',
+      steps: [{ type: 'chat', model: 'main', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }],
+    });
+    const run = await created.json();
+    // As if the platform had been down for two hours: the pending fire is for an occurrence then.
+    const missed = new Date(Math.floor((Date.now() - 2 * 3_600_000) / 300_000) * 300_000).toISOString();
+    await sql(api.db.url, 'UPDATE chronos_runs SET next_fire_at = $2 WHERE id = $1', [run.id, missed]);
+    const moved = await sql(
+      api.db.url,
+      `UPDATE pgboss.job SET data = jsonb_set(data, '{at}', to_jsonb($2::text)), start_after = now()
+        WHERE name = 'chronos-fire' AND data->>'runId' = $1 AND state = 'created' RETURNING id`,
+      [run.id, missed],
+    );
+    expect(moved).toHaveLength(1);
+    const list = await finished(acct.global, run.id);
+    expect(list).toHaveLength(1);
+    expect(new Date(list[0]!.scheduled_for!).toISOString()).toBe(missed);
+    expect(list[0]!.status).toBe('succeeded');
+    // The schedule continues from now: the next fire is the first */5 occurrence in the future.
+    const after = await (await call(acct.global, 'GET', `/api/chronos/runs/${run.id}`)).json();
+    const next = new Date(after.next_fire_at).getTime();
+    expect(next).toBeGreaterThan(Date.now() - 5_000);
+    expect(next - Date.now()).toBeLessThanOrEqual(300_000);
+    expect(next % 300_000).toBe(0);
+  });
+});
+
 describe('a failing step', () => {
   it('ends the execution failed, naming the step and its error; later steps do not run', async () => {
     const created = await call(acct.global, 'POST', '/api/chronos/runs', {

@@ -4,6 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
+import { signIn } from '@berth/test/support/oidc';
 import { sql } from '@berth/test/support/postgres';
 
 let api: TestApi;
@@ -54,7 +55,7 @@ const runCount = async () =>
   Number((await sql(api.db.url, 'SELECT count(*)::int AS n FROM chronos_runs'))[0]!.n);
 
 beforeAll(async () => {
-  api = await startTestApi({ BILLING_FLUSH_INTERVAL_MS: '200' });
+  api = await startTestApi({ BILLING_FLUSH_INTERVAL_MS: '200', BERTH_DEV_IDP: 'true' });
   const model = await api.admin('/admin/models/main', {
     method: 'PUT',
     body: JSON.stringify({
@@ -309,6 +310,40 @@ describe('the routes', () => {
     expect((await (await call(owner.global, 'GET', `/api/chronos/runs/${id}`)).json()).name).toBe(
       'nightly-digest',
     );
+  });
+
+  it('a dashboard session manages runs too (with its CSRF token)', async () => {
+    const { jar } = await signIn(api.url, { subject: 'chronos-user', name: 'C' });
+    const { csrfToken } = (await (await jar.fetch(`${api.url}/auth/session`)).json()) as {
+      csrfToken: string;
+    };
+    const headers = { 'content-type': 'application/json', 'x-csrf-token': csrfToken };
+    const enable = await jar.fetch(`${api.url}/api/tools`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ tool_id: 'chronos' }),
+    });
+    expect(enable.status).toBe(200);
+    const created = await jar.fetch(`${api.url}/api/chronos/runs`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ ...run, name: 'from-the-dashboard' }),
+    });
+    expect(created.status).toBe(201);
+    const sessionRun = (await created.json()) as { id: string };
+    const list = await jar.fetch(`${api.url}/api/chronos/runs`);
+    expect(((await list.json()) as { data: { id: string }[] }).data.map((r) => r.id)).toEqual([
+      sessionRun.id,
+    ]);
+    // Without the CSRF token a session cannot change anything.
+    const forged = await jar.fetch(`${api.url}/api/chronos/runs/${sessionRun.id}`, { method: 'DELETE' });
+    expect(forged.status).toBe(403);
+    expect(((await forged.json()) as { code: string }).code).toBe('csrf_failed');
+    const removed = await jar.fetch(`${api.url}/api/chronos/runs/${sessionRun.id}`, {
+      method: 'DELETE',
+      headers,
+    });
+    expect(removed.status).toBe(200);
   });
 
   it('a compute key is refused', async () => {

@@ -51,9 +51,9 @@ const rowsOf = async (accountId: string) =>
   ).map((r) => r.id);
 
 const endpointsMessage = (usage: number) =>
-  `Quota exceeded: dedicated endpoints: this account has ${usage} and the request would make it ${usage + 1}, above the limit of ${ENDPOINT_QUOTA}. To stay within it, terminate endpoints you no longer use (DELETE /api/endpoints/{id}); to raise it, ask the platform's operator (BERTH_QUOTA_ENDPOINTS).`;
+  `Quota exceeded: dedicated endpoints: this account has ${usage} and the request would make it ${usage + 1}, above the limit of ${ENDPOINT_QUOTA}. To stay within it, terminate endpoints you no longer use (DELETE /api/endpoints/{id}); to raise it, ask the platform's operator (BERTH_QUOTA_ENDPOINTS for every account, PATCH /admin/accounts/{id}/quotas for one).`;
 const gpusMessage = (usage: number, wouldBe: number) =>
-  `Quota exceeded: GPUs (scaling.maxReplicas × hardware.gpuCount, summed over your endpoints): this account has ${usage} and the request would make it ${wouldBe}, above the limit of ${GPU_QUOTA}. To stay within it, lower scaling.maxReplicas or hardware.gpuCount of an endpoint, or terminate one; to raise it, ask the platform's operator (BERTH_QUOTA_GPUS).`;
+  `Quota exceeded: GPUs (scaling.maxReplicas × hardware.gpuCount, summed over your endpoints): this account has ${usage} and the request would make it ${wouldBe}, above the limit of ${GPU_QUOTA}. To stay within it, lower scaling.maxReplicas or hardware.gpuCount of an endpoint, or terminate one; to raise it, ask the platform's operator (BERTH_QUOTA_GPUS for every account, PATCH /admin/accounts/{id}/quotas for one).`;
 
 describe('endpoint quota (BERTH_QUOTA_ENDPOINTS)', () => {
   it('20 simultaneous creations (POST and PUT) for a quota of 5 create exactly 5; the others are 403 and leave nothing', async () => {
@@ -79,6 +79,12 @@ describe('endpoint quota (BERTH_QUOTA_ENDPOINTS)', () => {
     );
     const listed = await (await send('GET', '/api/endpoints', acct.compute)).json();
     expect(listed.data).toHaveLength(5);
+    expect(await (await send('GET', '/api/quotas', acct.compute)).json()).toEqual({
+      object: 'quotas',
+      keys: { limit: 100, usage: 3 },
+      endpoints: { limit: ENDPOINT_QUOTA, usage: 5 },
+      gpus: { limit: GPU_QUOTA, usage: 5 },
+    });
 
     // A PUT of an endpoint that exists is no creation: still allowed at the quota.
     const existing = answers.find((a) => a.status === 201)!.body.id as string;
@@ -139,7 +145,22 @@ describe('GPU quota (BERTH_QUOTA_GPUS: Σ maxReplicas × gpuCount)', () => {
     const after = await (await send('GET', '/api/endpoints/endpt-gpus-a', acct.compute)).json();
     expect(after).toMatchObject({ scaling: { maxReplicas: 4 }, hardware: { gpuCount: 2 }, generation: 2 });
 
-    // Lowering: allowed, and it makes room.
+    // The platform operator raises this account's GPU quota: the same PATCH now passes.
+    const raised = await api.admin(`/admin/accounts/${acct.id}/quotas`, {
+      method: 'PATCH',
+      body: JSON.stringify({ gpus: 10 }),
+    });
+    expect(raised.status).toBe(200);
+    const to10ok = await send('PATCH', '/api/endpoints/endpt-gpus-a', acct.compute, {
+      scaling: { maxReplicas: 5 },
+    });
+    expect(to10ok.status).toBe(200);
+    await api.admin(`/admin/accounts/${acct.id}/quotas`, {
+      method: 'PATCH',
+      body: JSON.stringify({ gpus: null }),
+    });
+
+    // Lowering: allowed (even above the quota), and it makes room.
     const down = await send('PATCH', '/api/endpoints/endpt-gpus-a', acct.compute, {
       scaling: { maxReplicas: 1 },
     });

@@ -40,7 +40,7 @@ function memoryRepo() {
     },
     async createKeyWithin(key, limit) {
       const active = [...rows.values()].filter((r) => r.accountId === key.accountId && !r.revokedAt).length;
-      if (active >= limit) return { created: false, active };
+      if (active >= limit) return { created: false, active, limit };
       return { created: true, key: await repo.createKey(key) };
     },
     async findByHash(hash) {

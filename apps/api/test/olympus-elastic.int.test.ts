@@ -311,3 +311,27 @@ describe('POST /api/olympus/route (dry run)', () => {
     expect((await r.json()).error.message).toBe('Missing or invalid Authorization header');
   });
 });
+
+describe('the chosen model over capacity (runs last: it leaves big cooling down)', () => {
+  it('its 429 moves the call to Olympus’s next choice; then it is skipped while it cools down', async () => {
+    const acct = await account();
+    await setPolicy(acct.global, { allowed_models: ['big', 'fast'], objective: 'quality' });
+    const client = sdk(acct.inference);
+    big.configure({ capacity: 0 });
+    try {
+      const r = await client.chat.completions.create({ model: 'auto', messages: hello }).withResponse();
+      expect(r.data.model).toBe('fast');
+      expect(r.response.headers.get('x-berth-olympus-reason')).toBe('best');
+      expect(r.response.headers.get('x-berth-model')).toBe('fast');
+      expect(r.response.headers.get('x-berth-fallback-from')).toBe('big');
+      const again = await client.chat.completions.create({ model: 'auto', messages: hello }).withResponse();
+      expect([again.data.model, again.response.headers.get('x-berth-olympus-reason')]).toEqual([
+        'fast',
+        'fallback',
+      ]);
+      expect(again.response.headers.get('x-berth-fallback-from')).toBeNull();
+    } finally {
+      big.configure({ capacity: null });
+    }
+  });
+});

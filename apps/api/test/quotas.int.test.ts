@@ -29,8 +29,8 @@ const keyRows = async (accountId: string) =>
       [accountId],
     )
   )[0]!;
-const quotaMessage = (usage: number) =>
-  `Quota exceeded: active API keys: this account has ${usage} and the request would make it ${usage + 1}, above the limit of ${KEY_QUOTA}. To stay within it, revoke keys you no longer use (DELETE /api/keys/{id}); to raise it, ask the platform's operator (BERTH_QUOTA_KEYS).`;
+const quotaMessage = (usage: number, limit = KEY_QUOTA) =>
+  `Quota exceeded: active API keys: this account has ${usage} and the request would make it ${usage + 1}, above the limit of ${limit}. To stay within it, revoke keys you no longer use (DELETE /api/keys/{id}); to raise it, ask the platform's operator (BERTH_QUOTA_KEYS for every account, PATCH /admin/accounts/{id}/quotas for one).`;
 
 describe('key quota (BERTH_QUOTA_KEYS)', () => {
   it('refuses the key past the quota with 403 quota_exceeded, creates nothing; revoking frees a place', async () => {
@@ -77,6 +77,102 @@ describe('key quota (BERTH_QUOTA_KEYS)', () => {
     for (let i = 0; i < 5; i++) await createKey(full.global, `f${i}`);
     expect((await createKey(full.global, 'no')).status).toBe(403);
     expect((await createKey(other.global, 'yes')).status).toBe(201);
+  });
+});
+
+describe('per-account overrides (PATCH /admin/accounts/{id}/quotas)', () => {
+  const quotas = (id: string, body?: unknown) =>
+    api.admin(`/admin/accounts/${id}/quotas`, {
+      method: body === undefined ? 'GET' : 'PATCH',
+      ...(body === undefined ? {} : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
+    });
+  const defaults = { keys: KEY_QUOTA, endpoints: 20, gpus: 64 };
+
+  it("raises one account's key quota, and null gives the default back", async () => {
+    const acct = await api.newAccount();
+    const other = await api.newAccount();
+    expect(await (await quotas(acct.id)).json()).toEqual({
+      object: 'account_quotas',
+      account: acct.id,
+      limits: defaults,
+      overrides: { keys: null, endpoints: null, gpus: null },
+      defaults,
+    });
+    const raised = await quotas(acct.id, { keys: 10 });
+    expect(raised.status).toBe(200);
+    expect(await raised.json()).toMatchObject({
+      limits: { ...defaults, keys: 10 },
+      overrides: { keys: 10, endpoints: null, gpus: null },
+    });
+    for (let i = 0; i < 7; i++) expect((await createKey(acct.global, `r${i}`)).status).toBe(201);
+    const refused = await createKey(acct.global, 'eleventh');
+    expect(await refused.json()).toEqual({ error: quotaMessage(10, 10), code: 'quota_exceeded' });
+    // The other account keeps the default.
+    for (let i = 0; i < 5; i++) await createKey(other.global, `o${i}`);
+    expect((await createKey(other.global, 'ninth')).status).toBe(403);
+
+    // Lowered below what it has: the keys stay, new ones are refused.
+    expect((await quotas(acct.id, { keys: 4 })).status).toBe(200);
+    expect(await (await createKey(acct.global, 'x')).json()).toEqual({
+      error: quotaMessage(10, 4),
+      code: 'quota_exceeded',
+    });
+    expect((await keyRows(acct.id)).active).toBe(10);
+    const reset = await (await quotas(acct.id, { keys: null })).json();
+    expect(reset).toMatchObject({ limits: defaults, overrides: { keys: null } });
+
+    // The account sees its limits and usage (GET /api/quotas); an inference key may not.
+    expect((await quotas(acct.id, { keys: 12 })).status).toBe(200);
+    const own = await fetch(`${api.url}/api/quotas`, { headers: bearer(acct.global) });
+    expect(own.status).toBe(200);
+    expect(await own.json()).toEqual({
+      object: 'quotas',
+      keys: { limit: 12, usage: 10 },
+      endpoints: { limit: 20, usage: 0 },
+      gpus: { limit: 64, usage: 0 },
+    });
+    const inference = await fetch(`${api.url}/api/quotas`, { headers: bearer(acct.inference) });
+    expect(inference.status).toBe(403);
+  });
+
+  it('bad bodies and unknown accounts change nothing', async () => {
+    const acct = await api.newAccount();
+    await quotas(acct.id, { gpus: 12 });
+    const cases: [unknown, string][] = [
+      [{ keys: 0 }, 'Invalid request body: keys: must be at least 1, or null for the default'],
+      [{ keys: 2.5 }, 'Invalid request body: keys: must be a whole number, or null for the default'],
+      [
+        { endpoints: '5' },
+        'Invalid request body: endpoints: must be a whole number, or null for the default',
+      ],
+      [{ gpus: 2_000_000 }, 'Invalid request body: gpus: must be at most 1000000'],
+      [{ cpus: 4 }, 'Invalid request body: Unrecognized key: "cpus"'],
+      [[], 'Invalid request body: Invalid input: expected object, received array'],
+    ];
+    for (const [body, message] of cases) {
+      const r = await quotas(acct.id, body);
+      expect({ body, status: r.status, answer: await r.json() }).toEqual({
+        body,
+        status: 400,
+        answer: { error: message, code: 'validation_error' },
+      });
+    }
+    expect((await (await quotas(acct.id)).json()).overrides).toEqual({
+      keys: null,
+      endpoints: null,
+      gpus: 12,
+    });
+    for (const r of [await quotas('acct_nope'), await quotas('acct_nope', { keys: 3 })]) {
+      expect(r.status).toBe(404);
+      expect(await r.json()).toEqual({ error: 'Account not found', code: 'not_found' });
+    }
+    // An account's key cannot reach the admin route.
+    const denied = await fetch(`${api.url}/admin/accounts/${acct.id}/quotas`, {
+      method: 'PATCH',
+      headers: json(acct.global),
+      body: JSON.stringify({ keys: 1000 }),
+    });
+    expect(denied.status).toBe(401);
   });
 });
 

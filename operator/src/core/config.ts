@@ -52,7 +52,7 @@ export const reconcilerEnv = z.object({
     'Requests in flight one replica carries before another is added (up to maxReplicas)',
   ),
   BERTH_RESYNC_SECONDS: seconds(300).describe('Every endpoint is reconciled at least this often'),
-  BERTH_CONCURRENCY: count(4, 64).describe('Endpoints reconciled at the same time'),
+  BERTH_CONCURRENCY: count(32, 64).describe('Endpoints reconciled at the same time'),
 });
 
 export type ReconcilerEnv = z.infer<typeof reconcilerEnv>;

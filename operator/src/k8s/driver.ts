@@ -82,8 +82,11 @@ export class KubeWorkloadDriver implements WorkloadDriver {
     }
     // Re-applied whenever the live object departs from the desired one in a field we own (deleted,
     // scaled or edited by hand, or a new spec): the watches bring such a change here at once.
-    await this.applyIfDrifted(ep, desiredService(ep), this.cache.service(ep), 'service');
-    await this.applyIfDrifted(ep, desiredDeployment(ep, instanceType, build, replicas), cached, 'deployment');
+    // Independent objects: applied at once (a pass waits for one round trip, not two).
+    await Promise.all([
+      this.applyIfDrifted(ep, desiredService(ep), this.cache.service(ep), 'service'),
+      this.applyIfDrifted(ep, desiredDeployment(ep, instanceType, build, replicas), cached, 'deployment'),
+    ]);
   }
 
   /** Forget what was applied for a deleted endpoint. */

@@ -67,7 +67,8 @@ export async function startChronos(deps: {
   const stop = new AbortController();
 
   await boss.createQueue(FIRE_QUEUE, { retryLimit: 5, retryDelay: 1 });
-  await boss.createQueue(EXECUTE_QUEUE, { retryLimit: 1, heartbeatSeconds: HEARTBEAT_SECONDS });
+  // `notify`: a queued execution wakes an idle worker at once (fires are delayed jobs: polled).
+  await boss.createQueue(EXECUTE_QUEUE, { retryLimit: 1, heartbeatSeconds: HEARTBEAT_SECONDS, notify: true });
 
   const next = (schedule: string, timezone: string, after: Date) => {
     const parsed = parseCron(schedule);
@@ -169,26 +170,32 @@ export async function startChronos(deps: {
     );
   };
 
+  // A batch of fires is handled in parallel (each is its own transaction, and idempotent: a retried
+  // batch finds the fires it already handled stale); executions one at a time per worker.
   const handle =
     <T>(name: string, fn: (data: T) => Promise<void>) =>
     async (batch: { id: string; data: T }[]) => {
-      for (const job of batch) {
-        try {
-          await fn(job.data);
-        } catch (err) {
-          logger.error({ err, job: name, id: job.id }, 'chronos job failed; pg-boss will retry it');
-          throw err;
-        }
+      const results = await Promise.allSettled(batch.map((job) => fn(job.data)));
+      const failed = results.findIndex((r) => r.status === 'rejected');
+      if (failed >= 0) {
+        const err = (results[failed] as PromiseRejectedResult).reason as unknown;
+        logger.error({ err, job: name, id: batch[failed]!.id }, 'chronos job failed; pg-boss will retry it');
+        throw err;
       }
     };
   await boss.work<{ runId: string; at: string }>(
     FIRE_QUEUE,
-    { pollingIntervalSeconds: config.pollSeconds, batchSize: 1, localConcurrency: 2 },
+    { pollingIntervalSeconds: config.pollSeconds, batchSize: 25, burstWhenBatchFull: true },
     handle(FIRE_QUEUE, fire),
   );
   await boss.work<{ executionId: string }>(
     EXECUTE_QUEUE,
-    { pollingIntervalSeconds: config.pollSeconds, batchSize: 1, localConcurrency: config.concurrency },
+    {
+      pollingIntervalSeconds: config.pollSeconds,
+      notifyPollingIntervalSeconds: config.pollSeconds,
+      batchSize: 1,
+      localConcurrency: config.concurrency,
+    },
     handle(EXECUTE_QUEUE, execute),
   );
 

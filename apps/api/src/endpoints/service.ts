@@ -82,8 +82,8 @@ export function ownedEndpoint(endpoints: EndpointCache, id: string, accountId: s
 export function endpointService(deps: {
   catalog: Catalog;
   endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update' | 'listFresh'>;
-  /** Per-account limits on endpoints and GPUs (none when absent). */
-  quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+  /** An account's limits on endpoints and GPUs (none when absent). */
+  quotas?: (accountId: string) => Promise<Pick<Quotas, 'endpoints' | 'gpus'>>;
   /**
    * Runs an account's writes one at a time, so a quota check and the write it allows cannot
    * interleave with another's; across API replicas it must be a shared lock. Default: this process's.
@@ -91,7 +91,7 @@ export function endpointService(deps: {
   lock?: AccountLock;
 }): EndpointService {
   const lock = deps.lock ?? processAccountLock();
-  const quotas = deps.quotas;
+  const limitsOf = deps.quotas;
 
   // The account's usage, read from the source (the cache may not show a write made a moment ago),
   // without endpoint `except`. Endpoints being terminated do not count: they take no calls and are
@@ -111,7 +111,8 @@ export function endpointService(deps: {
 
   /** 403 `quota_exceeded` unless one more endpoint with this spec fits the account's quotas. */
   const checkNew = async (accountId: string, spec: DedicatedEndpointSpecInput) => {
-    if (!quotas) return;
+    if (!limitsOf) return;
+    const quotas = await limitsOf(accountId);
     const u = await usage(accountId);
     if (u.endpoints + 1 > quotas.endpoints)
       throw quotaExceeded('endpoints', u.endpoints, u.endpoints + 1, quotas.endpoints);
@@ -121,9 +122,10 @@ export function endpointService(deps: {
 
   /** A change that raises the endpoint's GPUs must fit the quota; one that does not always may. */
   const checkChange = async (current: DedicatedEndpoint, spec: DedicatedEndpointSpecInput) => {
-    if (!quotas) return;
+    if (!limitsOf) return;
     const after = gpusOf(spec);
     if (after <= endpointGpus(current.spec)) return;
+    const quotas = await limitsOf(current.spec.account);
     const others = await usage(current.spec.account, current.metadata.name);
     const before = others.gpus + endpointGpus(current.spec);
     if (others.gpus + after > quotas.gpus)

@@ -58,7 +58,14 @@ export async function startJobQueue(
   };
   const boss =
     db.kind === 'postgres'
-      ? new PgBoss({ ...common, connectionString: db.url, max: 3, application_name: 'berth-jobs' })
+      ? // LISTEN/NOTIFY: a job sent to a queue created with `notify` wakes the workers at once.
+        new PgBoss({
+          ...common,
+          connectionString: db.url,
+          max: 3,
+          application_name: 'berth-jobs',
+          useListenNotify: true,
+        })
       : new PgBoss({ ...common, db: fromPglite(db.pglite), backend: 'pglite' });
   boss.on('error', (err: unknown) => logger.error({ err }, 'job queue error'));
   await boss.start();

@@ -102,7 +102,10 @@ export function keyService(deps: {
   bus: RevocationBus;
   metrics?: KeyServiceMetrics;
   touchIntervalMs: number;
-  /** Active keys one account may hold through `createKey` (unlimited when absent). */
+  /**
+   * Active keys one account may hold through `createKey`, unless the account has its own limit
+   * (unlimited when absent).
+   */
   keyQuota?: number;
   /**
    * How long keys verified before the revocation bus lost the database stay usable while the
@@ -272,7 +275,7 @@ export function keyService(deps: {
       const { key, value } = materialize(input);
       if (deps.keyQuota === undefined) return { ...(await repo.createKey(key)), value };
       const result = await repo.createKeyWithin(key, deps.keyQuota);
-      if (!result.created) throw quotaExceeded('keys', result.active, result.active + 1, deps.keyQuota);
+      if (!result.created) throw quotaExceeded('keys', result.active, result.active + 1, result.limit);
       return { ...result.key, value };
     },
 

@@ -40,7 +40,12 @@ export interface OlympusChoice {
   objective: Objective;
   /** The models that fit the request and the policy (catalog order). */
   considered: string[];
+  /** The next choices in order, not cooling down: tried when the chosen one is over capacity. */
+  alternatives: string[];
 }
+
+/** The Elastic caller tries at most 8 models per call: the choice and 7 more. */
+const MAX_ALTERNATIVES = 7;
 
 function maxTokens(body: Record<string, unknown>): number {
   for (const k of ['max_tokens', 'max_completion_tokens', 'max_output_tokens']) {
@@ -87,12 +92,9 @@ export async function chooseModel(
         ...(quality !== undefined ? { quality } : {}),
       };
     });
-  const choice = pickModel(
-    needs,
-    { allowedModels: policy.allowedModels, objective: policy.objective },
-    candidates,
-    deps.live.now(),
-  );
+  const rules = { allowedModels: policy.allowedModels, objective: policy.objective };
+  const now = deps.live.now();
+  const choice = pickModel(needs, rules, candidates, now);
   if (!choice.ok) {
     if (choice.why === 'all_cooling')
       throw new ApiError('rate_limited', {
@@ -113,7 +115,21 @@ export async function chooseModel(
         (!needs.tools || c.tools),
     )
     .map((c) => c.name);
-  return { model: models.get(choice.model)!, reason: choice.reason, objective: policy.objective, considered };
+  const alternatives: string[] = [];
+  let rest = candidates.filter((c) => c.name !== choice.model);
+  while (alternatives.length < MAX_ALTERNATIVES) {
+    const next = pickModel(needs, rules, rest, now);
+    if (!next.ok) break;
+    alternatives.push(next.model);
+    rest = rest.filter((c) => c.name !== next.model);
+  }
+  return {
+    model: models.get(choice.model)!,
+    reason: choice.reason,
+    objective: policy.objective,
+    considered,
+    alternatives,
+  };
 }
 
 const KIND: Record<ModelKind, string> = {

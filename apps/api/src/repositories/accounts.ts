@@ -1,6 +1,6 @@
 // Accounts as the admin lists them: paged in creation order, searched by name.
 import type { PrismaClient } from '@berth/db';
-import { processAccountLock, type AccountLock } from '../quotas.ts';
+import { processAccountLock, type AccountLock, type QuotaOverrides } from '../quotas.ts';
 
 // pg_advisory_xact_lock(namespace, hashtext(account id)): "quot", apart from the leadership locks.
 const ACCOUNT_LOCK_NAMESPACE = 0x7175_6f74;
@@ -35,6 +35,10 @@ export interface AccountRepository {
   exists(id: string): Promise<boolean>;
   /** Up to `limit` accounts created after the `after` account (oldest first), whose name contains `name`. */
   list(q: { name?: string; limit: number; after?: string }): Promise<AccountRow[]>;
+  /** The account's quota overrides; null when there is no such account. */
+  quotas(id: string): Promise<QuotaOverrides | null>;
+  /** Sets the given overrides (null: back to the default); null when there is no such account. */
+  setQuotas(id: string, change: Partial<QuotaOverrides>): Promise<QuotaOverrides | null>;
 }
 
 export function accountRepository(prisma: PrismaClient): AccountRepository {
@@ -42,6 +46,20 @@ export function accountRepository(prisma: PrismaClient): AccountRepository {
   return {
     async exists(id) {
       return (await prisma.account.count({ where: { id } })) > 0;
+    },
+    async quotas(id) {
+      const row = await prisma.account.findUnique({ where: { id }, select: quotaColumns });
+      return row && overridesOf(row);
+    },
+    async setQuotas(id, change) {
+      const data = {
+        ...(change.keys !== undefined ? { quotaKeys: change.keys } : {}),
+        ...(change.endpoints !== undefined ? { quotaEndpoints: change.endpoints } : {}),
+        ...(change.gpus !== undefined ? { quotaGpus: change.gpus } : {}),
+      };
+      const { count } = await prisma.account.updateMany({ where: { id }, data });
+      if (count === 0) return null;
+      return this.quotas(id);
     },
     list({ name, limit, after }) {
       return prisma.account.findMany({
@@ -53,4 +71,13 @@ export function accountRepository(prisma: PrismaClient): AccountRepository {
       });
     },
   };
+}
+
+const quotaColumns = { quotaKeys: true, quotaEndpoints: true, quotaGpus: true } as const;
+function overridesOf(row: {
+  quotaKeys: number | null;
+  quotaEndpoints: number | null;
+  quotaGpus: number | null;
+}): QuotaOverrides {
+  return { keys: row.quotaKeys, endpoints: row.quotaEndpoints, gpus: row.quotaGpus };
 }

@@ -59,14 +59,15 @@ export interface KeyRepository {
   firstActiveKey(accountId: string, scopes: readonly Scope[]): Promise<KeyRecord | null>;
   createKey(key: NewKey): Promise<KeyRecord>;
   /**
-   * Creates the key unless the account already has `limit` active keys (then `created: false` and
-   * how many it has). The account's row is locked meanwhile, so concurrent creations, on any
-   * replica, cannot together go past the limit.
+   * Creates the key unless the account already has as many active keys as its limit — its own
+   * override, else `defaultLimit` — (then `created: false`, how many it has and the limit). The
+   * account's row is locked meanwhile, so concurrent creations, on any replica, cannot together go
+   * past the limit.
    */
   createKeyWithin(
     key: NewKey,
-    limit: number,
-  ): Promise<{ created: true; key: KeyRecord } | { created: false; active: number }>;
+    defaultLimit: number,
+  ): Promise<{ created: true; key: KeyRecord } | { created: false; active: number; limit: number }>;
   /** The key with this hash, revoked or not. */
   findByHash(hash: string): Promise<(KeyRecord & { hash: string }) | null>;
   listForAccount(accountId: string): Promise<KeyRecord[]>;
@@ -144,11 +145,13 @@ export function keyRepository(prisma: PrismaClient): KeyRepository {
     createKey(key) {
       return prisma.apiKey.create({ data: key, select: keyColumns });
     },
-    createKeyWithin(key, limit) {
+    createKeyWithin(key, defaultLimit) {
       return prisma.$transaction(async (tx) => {
-        await tx.$queryRaw`SELECT id FROM accounts WHERE id = ${key.accountId} FOR UPDATE`;
+        const [account] = await tx.$queryRaw<{ quota_keys: number | null }[]>`
+          SELECT quota_keys FROM accounts WHERE id = ${key.accountId} FOR UPDATE`;
+        const limit = account?.quota_keys ?? defaultLimit;
         const active = await tx.apiKey.count({ where: { accountId: key.accountId, revokedAt: null } });
-        if (active >= limit) return { created: false as const, active };
+        if (active >= limit) return { created: false as const, active, limit };
         return { created: true as const, key: await tx.apiKey.create({ data: key, select: keyColumns }) };
       });
     },

@@ -6,6 +6,7 @@ import { simpleError } from '../openapi.ts';
 import { humanName, parse } from '../http/validate.ts';
 import type { AccountRepository } from '../repositories/accounts.ts';
 import { createdKeyView, createKeyBody, viewCreatedKey } from './views.ts';
+import { effectiveQuotas, type QuotaOverrides, type Quotas } from '../quotas.ts';
 
 const createAccountBody = z.strictObject({
   name: humanName(200).optional(),
@@ -31,9 +32,11 @@ const listAccountsQuery = z.strictObject({
 /** Account signup and first keys, for the operator holding ADMIN_TOKEN (checked where /admin is mounted). */
 export function registerAdminRoutes(
   routes: Routes,
-  deps: { keys: KeyService; accounts?: AccountRepository },
+  deps: { keys: KeyService; accounts?: AccountRepository; quotaDefaults?: Quotas },
 ): void {
   const accounts = deps.accounts;
+  const defaults = deps.quotaDefaults;
+  if (accounts && defaults) registerQuotaRoutes(routes, accounts, defaults);
   if (accounts)
     routes.add(
       {
@@ -107,6 +110,91 @@ export function registerAdminRoutes(
       const key = await deps.keys.createKeyForAccount(params.id, body());
       if (!key) throw new ApiError('not_found', { message: 'Account not found' });
       res.status(201).json(viewCreatedKey(key));
+    },
+  );
+}
+
+const quotaOverride = (what: string) =>
+  z
+    .int({ error: 'must be a whole number, or null for the default' })
+    .min(1, 'must be at least 1, or null for the default')
+    .max(1_000_000, 'must be at most 1000000')
+    .nullable()
+    .optional()
+    .describe(`${what}; null: back to the API's default`);
+const quotasBody = z.strictObject({
+  keys: quotaOverride('Active API keys'),
+  endpoints: quotaOverride('Dedicated endpoints'),
+  gpus: quotaOverride('GPUs: Σ scaling.maxReplicas × hardware.gpuCount over the endpoints'),
+});
+const limits = z.object({ keys: z.number(), endpoints: z.number(), gpus: z.number() });
+const quotasView = z.object({
+  object: z.literal('account_quotas'),
+  account: z.string(),
+  limits: limits.describe('What applies to the account: its override, else the default'),
+  overrides: z.object({
+    keys: z.number().nullable(),
+    endpoints: z.number().nullable(),
+    gpus: z.number().nullable(),
+  }),
+  defaults: limits.describe('BERTH_QUOTA_KEYS, BERTH_QUOTA_ENDPOINTS, BERTH_QUOTA_GPUS'),
+});
+
+/** One account's quotas: read, and raised or lowered by the platform operator. */
+function registerQuotaRoutes(routes: Routes, accounts: AccountRepository, defaults: Quotas): void {
+  const view = (id: string, overrides: QuotaOverrides): z.infer<typeof quotasView> => ({
+    object: 'account_quotas',
+    account: id,
+    limits: effectiveQuotas(defaults, overrides),
+    overrides,
+    defaults,
+  });
+  const notFound = () => new ApiError('not_found', { message: 'Account not found' });
+  routes.add(
+    {
+      method: 'get',
+      path: '/admin/accounts/{id}/quotas',
+      tag: 'admin',
+      auth: 'admin',
+      summary: "An account's quotas: the limits that apply, its overrides and the defaults",
+      responses: {
+        200: { description: 'The quotas', schema: quotasView },
+        401: { description: 'Bad admin token', schema: simpleError },
+        404: { description: 'No such account', schema: simpleError },
+      },
+    },
+    async ({ params, res }) => {
+      const overrides = await accounts.quotas(params.id);
+      if (!overrides) throw notFound();
+      res.json(view(params.id, overrides));
+    },
+  );
+  routes.add(
+    {
+      method: 'patch',
+      path: '/admin/accounts/{id}/quotas',
+      tag: 'admin',
+      auth: 'admin',
+      summary: "Set an account's own quotas (null: back to the default)",
+      description:
+        'Fields left out keep their value. A lower limit refuses new keys, endpoints or GPUs beyond it; what the account already has is kept.',
+      body: quotasBody,
+      responses: {
+        200: { description: 'The quotas', schema: quotasView },
+        400: { description: 'Invalid body (the field is named)', schema: simpleError },
+        401: { description: 'Bad admin token', schema: simpleError },
+        404: { description: 'No such account', schema: simpleError },
+      },
+    },
+    async ({ params, body, res }) => {
+      const b = body();
+      const overrides = await accounts.setQuotas(params.id, {
+        ...(b.keys !== undefined ? { keys: b.keys } : {}),
+        ...(b.endpoints !== undefined ? { endpoints: b.endpoints } : {}),
+        ...(b.gpus !== undefined ? { gpus: b.gpus } : {}),
+      });
+      if (!overrides) throw notFound();
+      res.json(view(params.id, overrides));
     },
   );
 }

@@ -14,6 +14,7 @@ import { adminModel, adminView, entryBody, modelName, type ModelKind } from '../
 import { callDedicated, type DedicatedDeps } from './dedicated.ts';
 import { chooseModel, type OlympusDeps } from '../olympus/choose.ts';
 import { isOlympusModel, OLYMPUS_HEADER } from '../olympus/pick.ts';
+import { answerManaged, managedTools, type ManagedToolDeps } from '../tools/elastic.ts';
 
 export interface ElasticRouteDeps {
   catalog: ElasticCatalog;
@@ -25,6 +26,8 @@ export interface ElasticRouteDeps {
   };
   /** `model` = auto | olympus | olympus-auto (absent: refused as olympus_not_enabled). */
   olympus?: Omit<OlympusDeps, 'catalog' | 'live'>;
+  /** Managed tools (`{"type": "mcp", "server_label": …}` in `tools`); absent: such requests are refused. */
+  managed?: ManagedToolDeps;
 }
 
 const ROUTES: readonly {
@@ -95,14 +98,24 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
         tag: 'inference',
         auth,
         summary: r.summary,
-        description: `\`model\` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; \`${MODEL_HEADER}\` names the model that answered and \`${FALLBACK_HEADER}\` the one it fell back from.`,
+        description: `\`model\` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; \`${MODEL_HEADER}\` names the model that answered and \`${FALLBACK_HEADER}\` the one it fell back from. \`model\` = \`auto\`, \`olympus\` or \`olympus-auto\`: Olympus chooses the catalog model (400 \`olympus_not_enabled\` unless enabled for the account and allowed by the key's tool pin); the answer's \`model\` names it and \`${OLYMPUS_HEADER}\` says why. On chat completions and responses, \`tools\` entries \`{"type": "mcp", "server_label": "<tool_id>"}\` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).`,
         body: jsonObjectBody,
         responses: {
           200: { description: 'The answer, streamed as it is produced with `stream: true`' },
-          400: { description: 'Invalid body, or a model of another kind', schema: openaiError },
+          400: {
+            description: 'Invalid body, a model of another kind, or `olympus_not_enabled`',
+            schema: openaiError,
+          },
+          504: {
+            description: 'The wall-clock limit (REQUEST_TIMEOUT_MS) ended the call',
+            schema: openaiError,
+          },
           401: { description: 'Missing, malformed or revoked key', schema: openaiError },
           402: { description: 'Insufficient balance / payment required', schema: openaiError },
-          403: { description: 'A compute key, or another account’s endpoint', schema: openaiError },
+          403: {
+            description: 'A compute key, another account’s endpoint, or a managed tool not allowed (named)',
+            schema: openaiError,
+          },
           404: { description: 'No such model (`model_not_found`)', schema: openaiError },
           429: { description: 'Every backend and fallback at capacity', schema: openaiError },
           503: { description: 'No backend available', schema: openaiError },
@@ -151,7 +164,11 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
               tools: Array.isArray(payload.tools) && payload.tools.length > 0,
             },
           );
-          model = choice.model;
+          // Over capacity, the call moves on to the model's own fallbacks, then Olympus's next choices.
+          model = {
+            ...choice.model,
+            fallbacks: [...new Set([...choice.model.fallbacks, ...choice.alternatives])],
+          };
           olympus = true;
           res.setHeader(OLYMPUS_HEADER, choice.reason);
         }
@@ -161,8 +178,35 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
             message: `Model ${name} is ${KIND_NAME[model.kind]}; ${r.path} needs ${r.kinds.map((k) => KIND_NAME[k]).join(' or ')}`,
             param: 'model',
           });
+        const asks =
+          r.kinds.includes('chat') && r.path !== '/api/completions' ? managedTools(payload.tools) : undefined;
         const scope = callScope(res, caller.signal, deps.requestTimeoutMs);
         try {
+          if (asks) {
+            if (!deps.managed)
+              throw new ApiError('unknown_tool', {
+                message: 'Managed tools are not configured on this API',
+                param: 'tools',
+              });
+            return await answerManaged(
+              { ...deps.managed, caller: deps.caller },
+              {
+                route: r.path === '/api/responses' ? 'responses' : 'chat',
+                body: payload,
+                asks,
+                model,
+                call: {
+                  accountId: caller.accountId,
+                  keyId: caller.principal.keyId,
+                  requestId: String(res.locals.requestId),
+                  signal: scope.signal,
+                  ...(olympus ? { renameModel: true } : {}),
+                },
+                toolPin: caller.principal.toolPin,
+              },
+              res,
+            );
+          }
           await deps.caller.call(
             {
               model,

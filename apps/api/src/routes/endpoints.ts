@@ -154,7 +154,7 @@ export function viewEndpoint(e: DedicatedEndpoint, base: string): EndpointView {
 export interface EndpointRouteDeps {
   endpoints: EndpointCache & Pick<EndpointWrites, 'create' | 'update' | 'delete' | 'listFresh'>;
   /** Per-account limits on endpoints and GPUs (none when absent). */
-  quotas?: Pick<Quotas, 'endpoints' | 'gpus'>;
+  quotas?: (accountId: string) => Promise<Pick<Quotas, 'endpoints' | 'gpus'>>;
   /** Serializes an account's writes across API replicas (default: within this process). */
   lock?: AccountLock;
   upstream: Pick<PlatformUpstream, 'wake'>;

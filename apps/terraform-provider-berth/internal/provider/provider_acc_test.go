@@ -175,6 +175,33 @@ func TestAccDedicatedEndpoint_lifecycle(t *testing.T) {
 					return nil
 				}),
 			},
+			// Drift: a change made outside Terraform is planned back in place.
+			{
+				PreConfig: func() {
+					c := testClient()
+					e, err := c.GetEndpoint(context.Background(), id)
+					if err == nil {
+						_, err = c.PatchEndpoint(context.Background(), id, e.Generation,
+							map[string]any{"scaling": map[string]int{"maxReplicas": 3}})
+					}
+					if err != nil {
+						t.Fatalf("PATCH %s outside Terraform: %v", id, err)
+					}
+				},
+				Config: endpointConfig(id, "org/small", 2, "leastLoad"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("scaling").AtMapKey("max_replicas"), knownvalue.Int64Exact(2)),
+					},
+				},
+				Check: checkAPI(id, func(e *Endpoint) error {
+					if e.Generation != 4 || e.Scaling.MaxReplicas != 2 {
+						return fmt.Errorf("API: generation %d, maxReplicas %d", e.Generation, e.Scaling.MaxReplicas)
+					}
+					return nil
+				}),
+			},
 			// The model cannot change in place (409 endpoint_immutable): destroyed, then created again.
 			{
 				Config: endpointConfig(id, "org/small-v2", 2, "leastLoad"),
@@ -195,6 +222,30 @@ func TestAccDedicatedEndpoint_lifecycle(t *testing.T) {
 					}
 					return nil
 				}),
+			},
+			// Deleted outside Terraform: the refresh forgets it and the plan creates it again.
+			{
+				PreConfig: func() {
+					c := testClient()
+					if err := c.DeleteEndpoint(context.Background(), id); err != nil {
+						t.Fatalf("DELETE %s outside Terraform: %v", id, err)
+					}
+					deadline := time.Now().Add(time.Minute)
+					for _, err := c.GetEndpoint(context.Background(), id); !IsStatus(err, http.StatusNotFound); _, err = c.GetEndpoint(context.Background(), id) {
+						if time.Now().After(deadline) {
+							t.Fatalf("endpoint %s still there a minute after DELETE", id)
+						}
+						time.Sleep(pollInterval)
+					}
+				},
+				Config: endpointConfig(id, "org/small-v2", 2, "leastLoad"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionCreate)},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("status"), knownvalue.StringExact("up")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("generation"), knownvalue.Int64Exact(1)),
+				},
 			},
 			// Import by id: the imported state equals the managed one (hub_token is never read back).
 			{
@@ -223,6 +274,28 @@ resource "berth_dedicated_endpoint" "test" {
   hardware = { gpu_type = "nvidia-l4-24gb" }
 }`, id),
 			ExpectError: regexp.MustCompile(`(?s)Endpoint endpt-tf-huge failed \(ModelTooLarge\).*Endpoint endpt-tf-huge is\s+FAILED:\s+ModelTooLarge:\s+Model\s+org/huge\s+needs\s+about`),
+		}, {
+			// The failed endpoint stayed in the state, tainted: fixing the model replaces it.
+			PreConfig: func() {
+				e, err := testClient().GetEndpoint(context.Background(), id)
+				if err != nil || e.Status != "failed" || deref(e.Reason) != "ModelTooLarge" {
+					t.Fatalf("after the failed apply: GET %s: %+v, %v", id, e, err)
+				}
+			},
+			Config: fmt.Sprintf(`
+resource "berth_dedicated_endpoint" "test" {
+  id       = %q
+  model    = "org/small"
+  hardware = { gpu_type = "nvidia-l4-24gb" }
+}`, id),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate)},
+			},
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("status"), knownvalue.StringExact("up")),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("label"), knownvalue.StringExact("ONLINE")),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("model"), knownvalue.StringExact("org/small")),
+			},
 		}},
 	})
 }

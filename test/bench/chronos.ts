@@ -1,0 +1,132 @@
+// Chronos fire-time accuracy (issue 15): how late the first step of a scheduled run starts after its
+// due time, for BENCH_CHRONOS_RUNS (1,000) runs due in the same minute, against a baseline of
+// BENCH_CHRONOS_BASELINE (10) runs due the minute before, in the same run, on two API processes
+// (`npm start`) sharing one PostgreSQL. Each run has one chat step (max_tokens 1) on an engine
+// simulator behind a catalog model. Delay = the step's start − the due minute.
+import { randomUUID } from 'node:crypto';
+import { startEngineSim } from '@berth/engine-sim';
+import { spawnApi, type ApiProcess } from '../support/api.ts';
+import { createTestDatabase, sql } from '../support/postgres.ts';
+import { machine, summarize } from './stats.ts';
+
+const RUNS = Number(process.env.BENCH_CHRONOS_RUNS ?? 1000);
+const BASELINE = Number(process.env.BENCH_CHRONOS_BASELINE ?? 10);
+const ADMIN = 'bench-chronos-admin-token-0123';
+
+export async function benchChronos(): Promise<string> {
+  const engine = await startEngineSim({ model: 'org/bench', ttftMs: 0, itlMs: 0, outputTokens: 1 });
+  const db = await createTestDatabase('bench_chronos');
+  const env = { DATABASE_URL: db.url, ADMIN_TOKEN: ADMIN, LOG_LEVEL: 'warn', CHRONOS_POLL_SECONDS: '0.5' };
+  const apis: ApiProcess[] = [];
+  try {
+    // spawnApi waits for the "listening" line, which LOG_LEVEL=warn would hide: info for start-up.
+    apis.push(await spawnApi({ ...env, LOG_LEVEL: 'info' }));
+    apis.push(await spawnApi({ ...env, LOG_LEVEL: 'info' }));
+    const [a] = apis;
+    const admin = (path: string, body: unknown) =>
+      fetch(a!.url + path, {
+        method: path.startsWith('/admin/models') ? 'PUT' : 'POST',
+        headers: {
+          authorization: `Bearer ${ADMIN}`,
+          'content-type': 'application/json',
+          'idempotency-key': randomUUID(),
+        },
+        body: JSON.stringify(body),
+      });
+    await admin('/admin/models/bench', {
+      kind: 'chat',
+      backends: [{ baseUrl: engine.url + '/v1', model: 'org/bench' }],
+      pricing: { inputPerMTok: '0.01', outputPerMTok: '0.01' },
+    });
+    const { account } = (await (await admin('/admin/accounts', { name: 'bench' })).json()) as {
+      account: { id: string };
+    };
+    const key = (
+      (await (await admin(`/admin/accounts/${account.id}/keys`, { name: 'g', scope: 'global' })).json()) as {
+        value: string;
+      }
+    ).value;
+    await admin(`/admin/accounts/${account.id}/credits`, { amount: '1000.00' });
+    const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+    await fetch(a!.url + '/api/tools', {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ tool_id: 'chronos' }),
+    });
+    await new Promise((r) => setTimeout(r, 1000)); // the catalog NOTIFY reaches the other process
+
+    const baselineDue = new Date(Math.ceil((Date.now() + 30_000) / 60_000) * 60_000);
+    const due = new Date(baselineDue.getTime() + 60_000);
+    const cron = (d: Date) =>
+      `${d.getUTCMinutes()} ${d.getUTCHours()} ${d.getUTCDate()} ${d.getUTCMonth() + 1} *`;
+    const create = async (i: number, at: Date) => {
+      const res = await fetch(apis[i % apis.length]!.url + '/api/chronos/runs', {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({
+          name: `bench-${i}`,
+          schedule: cron(at),
+          timezone: 'UTC',
+          steps: [
+            { type: 'chat', model: 'bench', messages: [{ role: 'user', content: `hi ${i}` }], max_tokens: 1 },
+          ],
+        }),
+      });
+      if (res.status !== 201) throw new Error(`create: ${res.status} ${await res.text()}`);
+    };
+    for (let i = 0; i < BASELINE; i++) await create(i, baselineDue);
+    const createdAt = Date.now();
+    for (let i = 0; i < RUNS; i += 20)
+      await Promise.all(
+        Array.from({ length: Math.min(20, RUNS - i) }, (_, j) => create(BASELINE + i + j, due)),
+      );
+    const creationMs = Date.now() - createdAt;
+    if (Date.now() >= due.getTime())
+      throw new Error(`creating ${RUNS} runs took ${creationMs} ms: past their due time`);
+
+    const total = RUNS + BASELINE;
+    const deadline = due.getTime() + 240_000;
+    let done = 0;
+    while (Date.now() < deadline) {
+      done = Number(
+        (
+          await sql(
+            db.url,
+            `SELECT count(*)::int AS n FROM chronos_executions WHERE status IN ('succeeded', 'failed')`,
+          )
+        )[0]!.n,
+      );
+      if (done >= total) break;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+    const rows = await sql<{ scheduled_for: Date; results: { startedAt: string }[]; status: string }>(
+      db.url,
+      'SELECT scheduled_for, results, status FROM chronos_executions',
+    );
+    const delays = (at: Date) =>
+      rows
+        .filter((r) => new Date(r.scheduled_for).getTime() === at.getTime() && r.results[0])
+        .map((r) => new Date(r.results[0]!.startedAt).getTime() - at.getTime());
+    const base = summarize(delays(baselineDue));
+    const load = summarize(delays(due));
+    const failed = rows.filter((r) => r.status !== 'succeeded').length;
+    const perRun = new Map<string, number>();
+    for (const r of rows) perRun.set(String(r.scheduled_for), (perRun.get(String(r.scheduled_for)) ?? 0) + 1);
+    return [
+      `### Chronos fire-time accuracy (${machine()})`,
+      '',
+      `Two API processes, one PostgreSQL; ${RUNS} runs due at ${due.toISOString()} (created in ${creationMs} ms), ${BASELINE} due the minute before as the baseline; one chat step each on an engine simulator. Delay = the first step's start − the due time.`,
+      '',
+      '| schedules due in the minute | executions | p50 delay | p99 delay | mean |',
+      '|---|---|---|---|---|',
+      `| ${BASELINE} (baseline) | ${base.n} | ${base.p50.toFixed(0)} ms | ${base.p99.toFixed(0)} ms | ${base.mean.toFixed(0)} ms |`,
+      `| ${RUNS} | ${load.n} | ${load.p50.toFixed(0)} ms | ${load.p99.toFixed(0)} ms | ${load.mean.toFixed(0)} ms |`,
+      '',
+      `Executions recorded: ${rows.length} of ${total} expected (${done} finished within 4 minutes of the due time), ${failed} not succeeded; p99 is ${(load.p99 / Math.max(1, base.p99)).toFixed(1)}× the baseline's.`,
+    ].join('\n');
+  } finally {
+    await Promise.all(apis.map((p) => p.stop()));
+    await engine.close();
+    await db.drop();
+  }
+}
