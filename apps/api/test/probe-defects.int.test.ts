@@ -184,6 +184,25 @@ describe('item 6: client mistakes are 400s in the route’s shape, never 500, no
     else expect(body.error).toMatch(/percent-encoding/);
   });
 
+  // Found by `npm run chaos -- fuzz` (seed 160027450): a NUL in an id reached PostgreSQL, a 500.
+  it.each([
+    ['GET', '/admin/accounts/%00/billing/invoices/1', ADMIN_TOKEN, 'id'],
+    ['GET', '/admin/accounts/acct%00x/quotas', ADMIN_TOKEN, 'id'],
+    ['DELETE', '/api/keys/key%00', 'global', 'id'],
+  ])(
+    'a NUL character in a path parameter: %s %s is a 400 naming it',
+    async (method, pathname, who, param) => {
+      const before = await keyNames();
+      const res = await raw(method, pathname, bearer(who === 'global' ? acct.global : who));
+      expect(res.status, res.text).toBe(400);
+      expect(JSON.parse(res.text)).toEqual({
+        error: `The path parameter ${param} must not contain a NUL character (%00)`,
+        code: 'malformed_path',
+      });
+      expect(await keyNames()).toEqual(before);
+    },
+  );
+
   it.each(['gzip', 'br', 'deflate'])('a %s body that does not decode is a 400', async (encoding) => {
     const before = await keyNames();
     const res = await raw(

@@ -137,6 +137,13 @@ export class Routes {
     this.methods.set(expressPath, known);
     // Express 5 passes a returned promise's rejection to the error middleware.
     this.router[spec.method](expressPath, ...middleware, (req: Request, res: Response) => {
+      // A NUL character (%00) decodes fine but no id holds one, and PostgreSQL refuses it in text.
+      for (const [name, value] of Object.entries(req.params as Record<string, string>))
+        if (value.includes('\u0000'))
+          throw new ApiError('malformed_path', {
+            message: `The path parameter ${name} must not contain a NUL character (%00)`,
+            param: name,
+          });
       let parsed: { value: unknown } | undefined;
       const ctx = {
         req,
