@@ -15,6 +15,12 @@ export interface EngineSimOptions {
   /** vLLM's `--max-num-seqs`: requests running at once; the rest wait in a FIFO queue. */
   maxNumSeqs: number;
   startupDelayMs: number;
+  /**
+   * Weight download time on a start whose model is not in the Hugging Face cache ($HF_HOME, else
+   * ~/.cache/huggingface): the first start of a model on a node pays it, later ones find the
+   * weights cached and pay only `startupDelayMs` (loading). 0: no cache model (the default).
+   */
+  weightsDownloadMs: number;
   ttftMs: number;
   itlMs: number;
   /** Tokens generated when the request does not ask for fewer (the "natural" answer length). */
@@ -64,6 +70,7 @@ export const defaultOptions: EngineSimOptions = {
   maxModelLen: 4096,
   maxNumSeqs: 256,
   startupDelayMs: 0,
+  weightsDownloadMs: 0,
   ttftMs: 50,
   itlMs: 20,
   outputTokens: 64,
@@ -103,6 +110,12 @@ export const knobs: readonly Knob[] = [
   { key: 'maxModelLen', flag: '--max-model-len', env: 'SIM_MAX_MODEL_LEN', kind: 'int' },
   { key: 'maxNumSeqs', flag: '--max-num-seqs', env: 'SIM_MAX_NUM_SEQS', kind: 'int' },
   { key: 'startupDelayMs', flag: '--startup-delay-ms', env: 'SIM_STARTUP_DELAY_MS', kind: 'int' },
+  {
+    key: 'weightsDownloadMs',
+    flag: '--weights-download-ms',
+    env: 'SIM_WEIGHTS_DOWNLOAD_MS',
+    kind: 'int',
+  },
   { key: 'ttftMs', flag: '--ttft-ms', env: 'SIM_TTFT_MS', kind: 'int' },
   { key: 'itlMs', flag: '--itl-ms', env: 'SIM_ITL_MS', kind: 'int' },
   {

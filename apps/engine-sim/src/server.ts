@@ -2,6 +2,9 @@
 // draining shutdown. Requests are validated in requests.ts and run by the engine (engine.ts).
 
 import { randomUUID } from 'node:crypto';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import path from 'node:path';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
@@ -238,10 +241,50 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
     vllmLogLine('INFO', 'api_server.py:1951', `Starting vLLM API server 0 on http://${urlHost}:${addr.port}`),
   );
 
+  // The weight cache: a marker where vLLM's hub cache keeps the model's files. Missing: this start
+  // downloads (weightsDownloadMs) and leaves it for the next start on this node.
+  let startupMs = o.startupDelayMs;
+  let cacheMarker: string | null = null;
+  if (o.weightsDownloadMs > 0) {
+    const hfHome = process.env.HF_HOME ?? path.join(homedir(), '.cache', 'huggingface');
+    const dir = path.join(hfHome, 'hub', `models--${o.model.replaceAll('/', '--')}`);
+    cacheMarker = path.join(dir, 'engine-sim-weights');
+    if (existsSync(cacheMarker)) {
+      log(vllmLogLine('INFO', 'weight_utils.py:254', `Using model weights cached in ${dir}`));
+      cacheMarker = null;
+    } else {
+      log(vllmLogLine('INFO', 'weight_utils.py:241', `Downloading model weights of ${o.model} to ${dir}`));
+      startupMs += o.weightsDownloadMs;
+    }
+  }
+  const started = performance.now();
+
   let startupTimer: NodeJS.Timeout | null = null;
   const ready = new Promise<void>((resolve, reject) => {
     startupTimer = setTimeout(() => {
       startupTimer = null;
+      if (cacheMarker) {
+        try {
+          mkdirSync(path.dirname(cacheMarker), { recursive: true });
+          writeFileSync(cacheMarker, `${o.model}\n`);
+        } catch (err) {
+          log(
+            vllmLogLine(
+              'WARNING',
+              'weight_utils.py:260',
+              `Could not cache the weights: ${(err as Error).message}`,
+            ),
+          );
+        }
+      }
+      if (o.weightsDownloadMs > 0)
+        log(
+          vllmLogLine(
+            'INFO',
+            'default_loader.py:262',
+            `Loading weights took ${((performance.now() - started) / 1000).toFixed(2)} seconds`,
+          ),
+        );
       const hfToken =
         'hfToken' in serveOptions
           ? serveOptions.hfToken
@@ -259,7 +302,7 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
       log(vllmLogLine('INFO', 'launcher.py:29', `Available routes are: ${ROUTES.join(', ')}`));
       log('INFO:     Application startup complete.\n');
       resolve();
-    }, o.startupDelayMs);
+    }, startupMs);
   });
   ready.catch(() => {}); // callers that never await `ready` must not see an unhandled rejection
 
