@@ -4,6 +4,7 @@
 import { fuzzRoutes } from './fuzz.ts';
 import { operatorKill } from './operator-kill.ts';
 import { pgOutage } from './pg-outage.ts';
+import { replicaKill } from './replica-kill.ts';
 import { revocationAcrossReplicas } from './revocation.ts';
 import { sleepWake } from './sleep-wake.ts';
 import { slowClients } from './slow-clients.ts';
@@ -17,6 +18,7 @@ const suites: Record<string, () => Promise<{ text: string; passed: boolean }>> =
   'slow-clients': slowClients,
   'operator-kill': operatorKill,
   'watch-410': watchGone,
+  'replica-kill': replicaKill,
 };
 
 const names = process.argv.slice(2);
