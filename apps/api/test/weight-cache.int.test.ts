@@ -75,9 +75,6 @@ describe('the weight cache', () => {
     const secondLogs = await logs(second.id);
     expect(secondLogs).toContain('Using model weights cached in');
     expect(secondLogs).not.toContain('Downloading model weights');
-    console.log(
-      `weight cache: first start ${first.seconds.toFixed(2)} s, second start ${second.seconds.toFixed(2)} s`,
-    );
     expect(first.seconds).toBeGreaterThanOrEqual(3);
     // The 3 s download is gone from the second start.
     expect(second.seconds).toBeLessThan(first.seconds - 2.5);
