@@ -81,7 +81,10 @@ export async function watchProxy(kc: KubeConfig, kubeconfigFile: string): Promis
     JSON.stringify({
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{ name: 'proxy', cluster: { server: `http://127.0.0.1:${port}` } }],
+      // client-node refuses a plain-HTTP server unless TLS verification is off for it.
+      clusters: [
+        { name: 'proxy', cluster: { server: `http://127.0.0.1:${port}`, 'insecure-skip-tls-verify': true } },
+      ],
       users: [{ name: 'proxy', user: { token: 'via-proxy' } }],
       contexts: [{ name: 'proxy', context: { cluster: 'proxy', user: 'proxy' } }],
       'current-context': 'proxy',
