@@ -1,6 +1,7 @@
 // What every chaos suite shares: its knobs from the environment, the machine's load while it ran,
 // and a Markdown table of figures for RELIABILITY.md.
 import { loadavg } from 'node:os';
+import { kubectlOk } from '../cluster/env.ts';
 import { percentile } from '../bench/stats.ts';
 import { machine } from '../bench/stats.ts';
 
@@ -67,4 +68,23 @@ export class Tally {
       .map(([k, v]) => `${k}: ${v}`)
       .join(', ');
   }
+}
+
+/** How many wakes the endpoint's Events record (`WakeRequested`, counting repeats of one Event). */
+export async function wakeRequests(namespace: string, id: string): Promise<number> {
+  const events = JSON.parse(
+    await kubectlOk([
+      'get',
+      'events',
+      '-n',
+      namespace,
+      '--field-selector',
+      `involvedObject.name=${id}`,
+      '-o',
+      'json',
+    ]),
+  ) as { items: { reason: string; count?: number; series?: { count: number } }[] };
+  return events.items
+    .filter((e) => e.reason === 'WakeRequested')
+    .reduce((n, e) => n + (e.series?.count ?? e.count ?? 1), 0);
 }

@@ -13,7 +13,7 @@ import { eventually } from '../support/eventually.ts';
 import { startFakeHub } from '../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../support/operator.ts';
 import { servePodEngines } from '../support/pod-engines.ts';
-import { knob, quantiles, report, sleep, Tally } from './lib.ts';
+import { knob, quantiles, report, sleep, Tally, wakeRequests } from './lib.ts';
 
 export async function replicaKill(): Promise<{ text: string; passed: boolean }> {
   const startedAt = Date.now();
@@ -121,21 +121,7 @@ export async function replicaKill(): Promise<{ text: string; passed: boolean }> 
       await Promise.all([viaA, viaB]);
       b = await spawnB();
     }
-    const events = JSON.parse(
-      await kubectlOk([
-        'get',
-        'events',
-        '-n',
-        ns.name,
-        '--field-selector',
-        `involvedObject.name=${id}`,
-        '-o',
-        'json',
-      ]),
-    ) as { items: { reason: string; count?: number; series?: { count: number } }[] };
-    const wakes = events.items
-      .filter((e) => e.reason === 'WakeRequested')
-      .reduce((n, e) => n + (e.series?.count ?? e.count ?? 1), 0);
+    const wakes = await wakeRequests(ns.name, id);
     const killedWhileHeld = heldAtKill.filter((p) => p !== 'up').length;
     const passed =
       onA.get('answered') === cycles * 3 &&

@@ -19,7 +19,7 @@ import { startFakeHub } from '../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../support/operator.ts';
 import { servePodEngines } from '../support/pod-engines.ts';
 import { watchProxy } from '../support/watch-proxy.ts';
-import { knob, quantiles, report, sleep, Tally } from './lib.ts';
+import { knob, quantiles, report, sleep, Tally, wakeRequests } from './lib.ts';
 
 export async function watchGone(): Promise<{ text: string; passed: boolean }> {
   const startedAt = Date.now();
@@ -119,21 +119,7 @@ export async function watchGone(): Promise<{ text: string; passed: boolean }> {
     const finalApi = await apiPhase();
     const finalCluster = await clusterPhase();
     if (finalApi !== finalCluster) mismatches++;
-    const events = JSON.parse(
-      await kubectlOk([
-        'get',
-        'events',
-        '-n',
-        ns.name,
-        '--field-selector',
-        `involvedObject.name=${id}`,
-        '-o',
-        'json',
-      ]),
-    ) as { items: { reason: string; count?: number; series?: { count: number } }[] };
-    const wakes = events.items
-      .filter((e) => e.reason === 'WakeRequested')
-      .reduce((n, e) => n + (e.series?.count ?? e.count ?? 1), 0);
+    const wakes = await wakeRequests(ns.name, id);
     const answered = outcomes.get('answered');
     const passed = answered === cycles * 3 && wakes === sleeps && mismatches === 0;
     const text = report(
