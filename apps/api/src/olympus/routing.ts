@@ -267,12 +267,16 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
       const budget = AbortSignal.timeout(deps.timeoutMs);
       const stop = new AbortController();
       const signal = AbortSignal.any([call.signal, budget, stop.signal]);
+      let inFlight = true;
       try {
         const known = examples(accountId, policy, model);
         if (known instanceof Error) throw known;
+        const embedding = deps.caller
+          .embed({ model, inputs: [text], requestId: call.requestId, signal })
+          .finally(() => (inFlight = false));
         const [routes, vectors] = await Promise.all([
           Array.isArray(known) ? known : until(known, signal),
-          deps.caller.embed({ model, inputs: [text], requestId: call.requestId, signal }),
+          embedding,
         ]);
         const prompt = vectors[0]!;
         let nearest: RouteMatch['nearest'];
@@ -300,7 +304,9 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
           embeddingModel: model.name,
         });
       } finally {
-        stop.abort();
+        // Cancel the embedding call only while it runs (the examples failed first): aborting the
+        // signal of a call that has finished costs the next call about 1 ms (bench olympus).
+        if (inFlight) stop.abort();
       }
     },
   };
