@@ -304,8 +304,7 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
           embeddingModel: model.name,
         });
       } finally {
-        // Cancel the embedding call only while it runs (the examples failed first): aborting the
-        // signal of a call that has finished costs the next call about 1 ms (bench olympus).
+        // Cancel the embedding call if it still runs (the examples failed or timed out first).
         if (inFlight) stop.abort();
       }
     },
