@@ -35,7 +35,7 @@ export interface EngineLoadOptions {
   logger: Logger;
   /** Once per scrape of one replica (metrics). */
   onSample?: (outcome: SampleOutcome) => void;
-  /** Scrape timeout; default min(intervalMs, 500). */
+  /** Scrape timeout; default half the interval, within 250–1000 ms. */
   timeoutMs?: number;
 }
 
@@ -84,7 +84,7 @@ export function othersFromSample(engineLoad: number, ownAtSend: number, ownNow: 
 
 export function engineLoadSampler(o: EngineLoadOptions): EngineLoadSampler {
   const interval = o.intervalMs;
-  const timeout = o.timeoutMs ?? Math.min(interval, 500);
+  const timeout = o.timeoutMs ?? Math.min(1000, Math.max(250, interval / 2));
   const activeTicks = Math.max(ACTIVE_INTERVALS, Math.ceil(ACTIVE_MIN_MS / Math.max(interval, 1)));
   /** Endpoint id → the tick of its last call. */
   const lastUse = new Map<string, number>();
