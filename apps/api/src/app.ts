@@ -39,6 +39,7 @@ import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
+import { routeMatcher } from './olympus/routing.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
 import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
@@ -58,6 +59,7 @@ export interface AppDeps {
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
         | 'MANAGED_TOOL_MAX_STEPS'
+        | 'OLYMPUS_ROUTE_TIMEOUT_MS'
       >
     >;
   catalog?: Catalog;
@@ -176,13 +178,36 @@ export function createApp(deps: AppDeps): express.Express {
     });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
+  // One matcher (and its cache of example embeddings) for the Elastic routes and the dry run.
+  const olympusRoutes = deps.elastic
+    ? routeMatcher({
+        catalog: deps.elastic.catalog,
+        caller: deps.elastic.caller,
+        timeoutMs: deps.config.OLYMPUS_ROUTE_TIMEOUT_MS ?? 300,
+        logger: deps.logger,
+        count: (outcome) => deps.metrics.olympusRoutes.inc({ outcome }),
+      })
+    : undefined;
   const olympusDeps =
-    deps.olympus && deps.tools ? { tools: deps.tools.tools, policies: deps.olympus } : undefined;
+    deps.olympus && deps.tools
+      ? {
+          tools: deps.tools.tools,
+          policies: deps.olympus,
+          ...(olympusRoutes ? { routes: olympusRoutes } : {}),
+        }
+      : undefined;
   if (deps.olympus)
     registerOlympusRoutes(routes, {
       olympus: deps.olympus,
       ...(deps.elastic && deps.tools
-        ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
+        ? {
+            choose: {
+              tools: deps.tools.tools,
+              catalog: deps.elastic.catalog,
+              live: deps.elastic.caller,
+              ...(olympusRoutes ? { routes: olympusRoutes } : {}),
+            },
+          }
         : {}),
     });
   if (deps.chronos) registerChronosRoutes(routes, deps.chronos);

@@ -264,6 +264,11 @@ export const configSchema = z
     MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
       .default(16)
       .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
+    OLYMPUS_ROUTE_TIMEOUT_MS: positiveInt('milliseconds')
+      .default(300)
+      .describe(
+        "Budget of Olympus's one embedding call per request (policy routes); over it, or failed, Olympus chooses by objective",
+      ),
     // ── Chronos, scheduled runs (apps/api/src/chronos) ──
     CHRONOS_ENABLED: z
       .enum(['true', 'false'], { error: 'must be true or false' })

@@ -9,6 +9,7 @@ export interface ApiMetrics {
   keyCache: Counter<'result'>;
   keyRevocations: Counter<'outcome'>;
   engineLoadSamples: Counter<'outcome'>;
+  olympusRoutes: Counter<'outcome'>;
 }
 
 export function createMetrics(): ApiMetrics {
@@ -44,6 +45,12 @@ export function createMetrics(): ApiMetrics {
     engineLoadSamples: new Counter({
       name: 'berth_engine_load_samples_total',
       help: "Scrapes of an engine replica's /metrics for its load (leastLoad, prefixAffinity), by outcome (ok, failed)",
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    olympusRoutes: new Counter({
+      name: 'berth_olympus_route_matches_total',
+      help: 'Olympus requests whose policy has routes, by how the route embedding went (matched, below_threshold, no_prompt, no_embedding_model, embedding_failed, embedding_timeout)',
       labelNames: ['outcome'],
       registers: [registry],
     }),
