@@ -164,7 +164,7 @@ describe('dedicated GPU time, metered from the cluster and invoiced weekly', () 
     });
     expect(created.status).toBe(201);
     const id = ((await created.json()) as { id: string }).id;
-    // Created with the API's finalizer; the operator adds its own.
+    // Created with the API's finalizer and the operator's.
     await eventually(async () =>
       expect((await resource(id))?.metadata.finalizers?.sort()).toEqual([
         'berth.dev/billing',
