@@ -20,7 +20,7 @@ import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
 import type { AccountLock, Quotas } from './quotas.ts';
-import { registerDedicatedRoutes } from './routes/dedicated.ts';
+import { dedicatedFastPath, registerDedicatedRoutes, type DedicatedDeps } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
 import type { EndpointRuntime } from './endpoints/ports.ts';
@@ -111,6 +111,31 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('query parser', 'simple');
   app.set('trust proxy', deps.config.TRUST_PROXY ?? false);
   app.use(requestId(), accessLog(deps.logger, deps.metrics));
+  const ep = deps.endpoints;
+  const c = deps.config;
+  const dedicatedConfig = {
+    wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
+    wakeHeartbeatMs: c.WAKE_HEARTBEAT_MS ?? 5_000,
+    requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
+    retries: c.PROXY_RETRIES ?? 2,
+    publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
+    publicLimitPerClient: c.PUBLIC_RATE_LIMIT_PER_CLIENT ?? 60,
+  };
+  const dedicatedDeps: DedicatedDeps | undefined =
+    ep && deps.catalog
+      ? {
+          endpoints: ep.runtime.endpoints,
+          upstream: ep.upstream,
+          dispatcher: ep.dispatcher,
+          usage: ep.usage,
+          limiter: ep.limiter,
+          ...(ep.metrics ? { metrics: ep.metrics } : {}),
+          config: dedicatedConfig,
+        }
+      : undefined;
+  // The proxy's hot path first: `/api/d/<id>/…` without walking every router and route before it
+  // (routes/dedicated.ts; the registered routes below stay, for everything it leaves to them).
+  if (dedicatedDeps) app.use(dedicatedFastPath(dedicatedDeps, deps.keys, c.MAX_BODY_BYTES));
 
   const doc = new ApiDoc();
   const ops = express.Router();
@@ -212,16 +237,6 @@ export function createApp(deps: AppDeps): express.Express {
     });
   if (deps.chronos) registerChronosRoutes(routes, deps.chronos);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
-  const ep = deps.endpoints;
-  const c = deps.config;
-  const dedicatedConfig = {
-    wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
-    wakeHeartbeatMs: c.WAKE_HEARTBEAT_MS ?? 5_000,
-    requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
-    retries: c.PROXY_RETRIES ?? 2,
-    publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
-    publicLimitPerClient: c.PUBLIC_RATE_LIMIT_PER_CLIENT ?? 60,
-  };
   if (deps.elastic)
     registerElasticRoutes(routes, {
       ...deps.elastic,
@@ -250,7 +265,7 @@ export function createApp(deps: AppDeps): express.Express {
           }
         : {}),
     });
-  if (ep && deps.catalog) {
+  if (ep && deps.catalog && dedicatedDeps) {
     registerEndpointRoutes(routes, {
       catalog: deps.catalog,
       publicUrl: c.PUBLIC_URL,
@@ -260,15 +275,7 @@ export function createApp(deps: AppDeps): express.Express {
       ...(ep.quotas ? { quotas: ep.quotas } : {}),
       ...(ep.accountLock ? { lock: ep.accountLock } : {}),
     });
-    registerDedicatedRoutes(routes, {
-      endpoints: ep.runtime.endpoints,
-      upstream: ep.upstream,
-      dispatcher: ep.dispatcher,
-      usage: ep.usage,
-      limiter: ep.limiter,
-      ...(ep.metrics ? { metrics: ep.metrics } : {}),
-      config: dedicatedConfig,
-    });
+    registerDedicatedRoutes(routes, dedicatedDeps);
   } else {
     api.all(['/endpoints', '/endpoints/*rest', '/d/*rest'], () => {
       throw new ApiError('service_unavailable', {

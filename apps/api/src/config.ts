@@ -132,6 +132,17 @@ export const configSchema = z
       .default(780_000)
       .describe('Wall-clock limit of one proxied call, streaming included (13 minutes)'),
     PROXY_RETRIES: z.coerce.number().int().min(0).max(5).default(2).describe('Retries before the first byte'),
+    ENGINE_LOAD_SAMPLE_MS: z.coerce
+      .number({ error: 'must be a number (milliseconds; 0 turns sampling off)' })
+      .int('must be a whole number')
+      .refine(
+        (v) => v === 0 || (v >= 100 && v <= 60_000),
+        'must be 0 (off) or between 100 and 60000 milliseconds',
+      )
+      .default(1_000)
+      .describe(
+        "How often each API replica reads the engines' `vllm:num_requests_running` / `waiting` (their /metrics) for leastLoad and prefixAffinity endpoints that had calls recently, so it also counts other API replicas' calls; 0: off (each replica counts only its own)",
+      ),
     PUBLIC_RATE_LIMIT_PER_ENDPOINT: positiveInt('requests per minute')
       .default(600)
       .describe('Requests per minute a Public endpoint accepts from everyone together'),

@@ -8,6 +8,7 @@ export interface ApiMetrics {
   httpDuration: Histogram<'route' | 'method'>;
   keyCache: Counter<'result'>;
   keyRevocations: Counter<'outcome'>;
+  engineLoadSamples: Counter<'outcome'>;
   olympusRoutes: Counter<'outcome'>;
 }
 
@@ -38,6 +39,12 @@ export function createMetrics(): ApiMetrics {
     keyRevocations: new Counter({
       name: 'berth_key_revocations_total',
       help: 'Key revocations by outcome (confirmed: every replica acknowledged in time)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    engineLoadSamples: new Counter({
+      name: 'berth_engine_load_samples_total',
+      help: "Scrapes of an engine replica's /metrics for its load (leastLoad, prefixAffinity), by outcome (ok, failed)",
       labelNames: ['outcome'],
       registers: [registry],
     }),
