@@ -133,4 +133,37 @@ describe('routeMatcher', () => {
     });
     expect(calls).toHaveLength(2);
   });
+
+  it('examples that cannot be embedded: embedding_failed, no call for 5 s, then tried again', async () => {
+    let clock = 0;
+    let down = true;
+    const calls: string[][] = [];
+    const warnings: string[] = [];
+    const matcher = routeMatcher({
+      catalog: catalog([model('e', 'embedding', 1n)]),
+      caller: {
+        embed: async ({ inputs }) => {
+          calls.push(inputs);
+          if (down) throw new Error('connect ECONNREFUSED');
+          return inputs.map((t) => Array.from(embed(t, 64)));
+        },
+      },
+      timeoutMs: 1000,
+      logger: { warn: (...args: unknown[]) => void warnings.push(String(args[1])), info() {} },
+      now: () => clock,
+    });
+    const call = { requestId: 'r', signal: new AbortController().signal };
+    const first = await matcher.match('acct', policy(1), 'Write a Python function', call);
+    expect(first).toEqual({ outcome: 'embedding_failed', embeddingModel: 'e' });
+    expect(warnings).toContain('olympus: the route embedding failed; choosing by objective');
+    const made = calls.length;
+    clock = 4999;
+    expect((await matcher.match('acct', policy(1), 'Write a Python function', call)).outcome).toBe(
+      'embedding_failed',
+    );
+    expect(calls).toHaveLength(made); // no call while backing off
+    down = false;
+    clock = 5000;
+    expect((await matcher.match('acct', policy(1), 'Write a Python function', call)).outcome).toBe('matched');
+  });
 });
