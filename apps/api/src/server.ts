@@ -218,8 +218,11 @@ export async function startApi(
         stepTimeoutMs: config.CHRONOS_STEP_TIMEOUT_MS,
         concurrency: config.CHRONOS_CONCURRENCY,
         pollSeconds: config.CHRONOS_POLL_SECONDS,
+        prewarmSeconds: config.CHRONOS_PREWARM_SECONDS,
       },
       logger,
+      registry: metrics.registry,
+      ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
     });
     keys = keyService({
       repo: keyRepository(db.prisma),

@@ -11,18 +11,26 @@
 //   The queue has a pg-boss heartbeat: a replica killed mid-run stops beating, pg-boss hands the job
 //   to another replica, which finds the execution `running` from the dead attempt and marks it
 //   failed, saying so — steps are never run twice behind the user's back.
+// - Pre-warm (./prewarm.ts): a fire whose steps may call a platform endpoint also queues a
+//   `chronos-prewarm` job, delayed to CHRONOS_PREWARM_SECONDS before it, which wakes the hibernated
+//   endpoints its steps would call.
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { PgBoss } from 'pg-boss';
-import type { JobQueue } from '../jobs/queue.ts';
+import { Counter, type Registry } from 'prom-client';
+import { JOBS_SCHEMA, type JobQueue } from '../jobs/queue.ts';
 import { newId } from '../keys/format.ts';
+import { dueAlarm, type DueAlarm } from './alarm.ts';
 import { parseCron, nextFire } from './cron.ts';
 import { toolAccess } from '../tools/access.ts';
 import { runSteps, stepBound, type StepDeps } from './execute.ts';
+import { mayCallEndpoint, prewarmTargets, type PrewarmPlatform } from './prewarm.ts';
+import type { Step } from './steps.ts';
 import type { ChronosRepository, RunRecord, TxSql } from './repository.ts';
 
 export const FIRE_QUEUE = 'chronos-fire';
 export const EXECUTE_QUEUE = 'chronos-execute';
+export const PREWARM_QUEUE = 'chronos-prewarm';
 /** pg-boss's minimum: a dead replica's execution is noticed within about twice this. */
 const HEARTBEAT_SECONDS = 10;
 
@@ -33,8 +41,14 @@ export interface ChronosConfig {
   stepTimeoutMs: number;
   /** Executions one replica runs at once. */
   concurrency: number;
-  /** How often each replica looks for due jobs (pg-boss polling): the fire-time accuracy. */
+  /**
+   * How often each replica polls the fire and pre-warm queues and looks ahead for their due times
+   * (./alarm.ts wakes the workers at those times): the accuracy only when a replica died or clocks
+   * disagree by more than a second.
+   */
   pollSeconds: number;
+  /** How long before a fire its hibernated endpoints are woken; 0: never. */
+  prewarmSeconds: number;
 }
 
 export interface Chronos {
@@ -42,8 +56,10 @@ export interface Chronos {
   readonly repo: ChronosRepository;
   /** Next occurrence after `after`, or null when the schedule never fires again. */
   next(schedule: string, timezone: string, after: Date): Date | null;
-  /** Enqueues the fire of `at` for the run in the caller's transaction. */
-  enqueueFire(db: TxSql, runId: string, at: Date | null): Promise<void>;
+  /** Enqueues the fire of `at` for the run (and its pre-warm) in the caller's transaction. */
+  enqueueFire(db: TxSql, runId: string, at: Date | null, steps: readonly Step[]): Promise<void>;
+  /** Enqueues the pre-warm of the fire `at` (when the steps may call a platform endpoint). */
+  enqueuePrewarm(db: TxSql, runId: string, at: Date, steps: readonly Step[]): Promise<void>;
   enqueueExecute(db: TxSql, executionId: string, steps: number): Promise<void>;
   /** What the fee and the run's first step may cost: a manual trigger reserves it first. */
   admission(run: RunRecord): Promise<bigint>;
@@ -56,6 +72,9 @@ export async function startChronos(deps: {
   steps: Omit<StepDeps, 'fee' | 'stepTimeoutMs'>;
   config: ChronosConfig;
   logger: Logger;
+  /** Platform endpoints (absent without a runtime: nothing to pre-warm). */
+  platform?: PrewarmPlatform;
+  registry?: Registry;
   now?: () => Date;
 }): Promise<Chronos> {
   const { jobs, repo, config } = deps;
@@ -65,23 +84,43 @@ export async function startChronos(deps: {
   const worker = `${process.pid}-${randomBytes(3).toString('hex')}`;
   const stepDeps: StepDeps = { ...deps.steps, fee: config.fee, stepTimeoutMs: config.stepTimeoutMs };
   const stop = new AbortController();
+  let alarm: DueAlarm | undefined = undefined; // set once the workers exist
 
   await boss.createQueue(FIRE_QUEUE, { retryLimit: 5, retryDelay: 1 });
-  // `notify`: a queued execution wakes an idle worker at once (fires are delayed jobs: polled).
+  // `notify`: a queued execution wakes the workers at once (fires and pre-warms are delayed jobs: their
+  // workers are woken at the due times by ./alarm.ts).
   await boss.createQueue(EXECUTE_QUEUE, { retryLimit: 1, heartbeatSeconds: HEARTBEAT_SECONDS, notify: true });
+  await boss.createQueue(PREWARM_QUEUE, { retryLimit: 2, retryDelay: 2 });
+  const prewarmWakes = new Counter({
+    name: 'berth_chronos_prewarm_wakes_total',
+    help: 'Hibernated endpoints a Chronos pre-warm asked to wake ahead of a fire (one per endpoint and fire, across replicas)',
+    registers: deps.registry ? [deps.registry] : [],
+  });
 
   const next = (schedule: string, timezone: string, after: Date) => {
     const parsed = parseCron(schedule);
     return parsed.ok ? (nextFire(parsed.spec, timezone, after) ?? null) : null;
   };
 
-  const enqueueFire = async (db: TxSql, runId: string, at: Date | null) => {
+  const enqueuePrewarm = async (db: TxSql, runId: string, at: Date, steps: readonly Step[]) => {
+    if (!deps.platform || config.prewarmSeconds <= 0 || !mayCallEndpoint(deps.steps.catalog, steps)) return;
+    const startAfter = new Date(Math.max(now().getTime(), at.getTime() - config.prewarmSeconds * 1000));
+    await boss.send(
+      PREWARM_QUEUE,
+      { runId, at: at.toISOString() },
+      { startAfter, singletonKey: `${runId}@${at.toISOString()}`, db },
+    );
+    alarm?.arm(PREWARM_QUEUE, startAfter.getTime());
+  };
+  const enqueueFire = async (db: TxSql, runId: string, at: Date | null, steps: readonly Step[]) => {
     if (!at) return;
     await boss.send(
       FIRE_QUEUE,
       { runId, at: at.toISOString() },
       { startAfter: at, singletonKey: `${runId}@${at.toISOString()}`, db },
     );
+    alarm?.arm(FIRE_QUEUE, at.getTime());
+    await enqueuePrewarm(db, runId, at, steps);
   };
   const enqueueExecute = async (db: TxSql, executionId: string, steps: number) => {
     await boss.send(
@@ -95,11 +134,13 @@ export async function startChronos(deps: {
   const fire = async ({ runId, at }: { runId: string; at: string }) => {
     const due = new Date(at);
     let steps = 1;
+    let runStepList: readonly Step[] = [];
     const outcome = await repo.fire(
       runId,
       due,
       (run) => {
         steps = run.steps.length;
+        runStepList = run.steps;
         // Missed fires (no replica ran at the time): this one runs once, late; the occurrences
         // between it and now are skipped, and the schedule continues from now.
         const after = new Date(Math.max(due.getTime(), now().getTime()));
@@ -110,12 +151,50 @@ export async function startChronos(deps: {
         };
       },
       async (db, fired) => {
-        await enqueueFire(db, runId, fired.next);
+        await enqueueFire(db, runId, fired.next, runStepList);
         if (fired.executionId) await enqueueExecute(db, fired.executionId, steps);
       },
     );
     if (outcome.kind === 'fired')
       logger.debug({ run: runId, at, execution: outcome.executionId, next: outcome.next }, 'chronos fire');
+  };
+
+  const prewarm = async ({ runId, at }: { runId: string; at: string }) => {
+    const platform = deps.platform;
+    if (!platform || !config.enabled) return;
+    const run = await repo.find(runId);
+    // Deleted, or its schedule moved since (the new fire has its own pre-warm).
+    if (!run || run.nextFireAt?.toISOString() !== at) return;
+    const due = new Date(at).getTime();
+    const targets = await prewarmTargets({ ...deps.steps, platform }, run.accountId, run.steps);
+    for (const { endpoint, model, step } of targets) {
+      const id = endpoint.metadata.name;
+      // Woken now, it would hibernate again before the fire: come back within its idle timeout.
+      const idleMs = (endpoint.spec.scaling?.idleTimeoutSeconds ?? 0) * 1000;
+      if (idleMs > 0 && due - now().getTime() > idleMs * 0.8) {
+        const later = due - idleMs / 2;
+        await boss.send(
+          PREWARM_QUEUE,
+          { runId, at },
+          { startAfter: new Date(later), singletonKey: `${runId}@${at}@${id}` },
+        );
+        alarm?.arm(PREWARM_QUEUE, later);
+        continue;
+      }
+      await platform.upstream.wake(endpoint);
+      prewarmWakes.inc();
+      logger.info(
+        {
+          run: run.id,
+          at,
+          endpoint: id,
+          model,
+          step,
+          leadSeconds: Math.round((due - now().getTime()) / 1000),
+        },
+        'chronos pre-warm: woke a hibernated endpoint ahead of the fire',
+      );
+    }
   };
 
   const execute = async ({ executionId }: { executionId: string }) => {
@@ -173,41 +252,77 @@ export async function startChronos(deps: {
   // A batch of fires is handled in parallel (each is its own transaction, and idempotent: a retried
   // batch finds the fires it already handled stale); executions one at a time per worker.
   const handle =
-    <T>(name: string, fn: (data: T) => Promise<void>) =>
+    <T>(name: string, fn: (data: T) => Promise<void>, retryDelaySeconds = 0) =>
     async (batch: { id: string; data: T }[]) => {
       const results = await Promise.allSettled(batch.map((job) => fn(job.data)));
       const failed = results.findIndex((r) => r.status === 'rejected');
       if (failed >= 0) {
         const err = (results[failed] as PromiseRejectedResult).reason as unknown;
         logger.error({ err, job: name, id: batch[failed]!.id }, 'chronos job failed; pg-boss will retry it');
+        alarm?.arm(name, Date.now() + retryDelaySeconds * 1000);
         throw err;
       }
     };
-  await boss.work<{ runId: string; at: string }>(
+  // Fires and pre-warms are delayed jobs: polled rarely, woken at their due times by the alarm.
+  const fireWorker = await boss.work<{ runId: string; at: string }>(
     FIRE_QUEUE,
     { pollingIntervalSeconds: config.pollSeconds, batchSize: 25, burstWhenBatchFull: true },
-    handle(FIRE_QUEUE, fire),
+    handle(FIRE_QUEUE, fire, 1),
   );
-  await boss.work<{ executionId: string }>(
-    EXECUTE_QUEUE,
-    {
-      pollingIntervalSeconds: config.pollSeconds,
-      notifyPollingIntervalSeconds: config.pollSeconds,
-      batchSize: 1,
-      localConcurrency: config.concurrency,
-    },
-    handle(EXECUTE_QUEUE, execute),
+  const prewarmWorker = await boss.work<{ runId: string; at: string }>(
+    PREWARM_QUEUE,
+    { pollingIntervalSeconds: config.pollSeconds, batchSize: 25, burstWhenBatchFull: true },
+    handle(PREWARM_QUEUE, prewarm, 2),
   );
+  alarm = dueAlarm({
+    db: boss.getDb(),
+    schema: JOBS_SCHEMA,
+    workers: new Map([
+      [FIRE_QUEUE, fireWorker],
+      [PREWARM_QUEUE, prewarmWorker],
+    ]),
+    notify: (id) => boss.notifyWorker(id),
+    intervalMs: config.pollSeconds * 1000,
+    logger,
+  });
+  // Executions: CHRONOS_CONCURRENCY workers of one job each. A queued execution wakes them all
+  // (NOTIFY); otherwise the first polls every 30 s as a backstop (every second without LISTEN/NOTIFY,
+  // on the embedded database) and the others every 5 minutes. A worker that got a job fetches again
+  // at once and wakes the next one, so a backlog is drained by all of them and an idle replica costs
+  // the database next to nothing.
+  const executeWorkers: string[] = [];
+  const runExecute = handle(EXECUTE_QUEUE, execute);
+  for (let i = 0; i < config.concurrency; i++) {
+    const id = await boss.work<{ executionId: string }>(
+      EXECUTE_QUEUE,
+      {
+        pollingIntervalSeconds: i === 0 ? 1 : 30,
+        notifyPollingIntervalSeconds: i === 0 ? 30 : 300,
+        batchSize: 1,
+      },
+      async (batch) => {
+        try {
+          await runExecute(batch);
+        } finally {
+          boss.notifyWorker(executeWorkers[i]!);
+          boss.notifyWorker(executeWorkers[(i + 1) % executeWorkers.length]!);
+        }
+      },
+    );
+    executeWorkers.push(id);
+  }
 
   return {
     config,
     repo,
     next,
     enqueueFire,
+    enqueuePrewarm,
     enqueueExecute,
     admission: async (run) => config.fee + (await stepBound(stepDeps, run.accountId, run.steps[0]!)),
     async close() {
       // Steps in flight end now, their executions failed with the reason (see execute above).
+      alarm?.close();
       stop.abort(new Error('the API is shutting down'));
     },
   };

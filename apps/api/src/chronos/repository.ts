@@ -64,8 +64,10 @@ export type FireOutcome =
 export interface ChronosRepository {
   create(run: Omit<RunRecord, 'createdAt' | 'updatedAt'>, enqueue: Enqueue): Promise<RunRecord>;
   get(accountId: string, id: string): Promise<RunRecord | null>;
+  /** Any account's run (job handlers, which have only its id). */
+  find(id: string): Promise<RunRecord | null>;
   list(accountId: string): Promise<RunRecord[]>;
-  /** Null when the account has no such run. `enqueue` runs when `nextFireAt` is in the patch. */
+  /** Null when the account has no such run. `enqueue` runs in the update's transaction. */
   update(
     accountId: string,
     id: string,
@@ -129,6 +131,31 @@ function txSql(tx: Prisma.TransactionClient): TxSql {
 
 const json = (v: unknown) => v as Prisma.InputJsonValue;
 
+interface RawRun {
+  id: string;
+  account_id: string;
+  name: string;
+  schedule: string;
+  timezone: string;
+  steps: unknown;
+  key_id: string;
+  next_fire_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+const runOfRaw = (r: RawRun): RunRecord => ({
+  id: r.id,
+  accountId: r.account_id,
+  name: r.name,
+  schedule: r.schedule,
+  timezone: r.timezone,
+  steps: r.steps as Step[],
+  keyId: r.key_id,
+  nextFireAt: r.next_fire_at,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
 export function chronosRepository(prisma: PrismaClient): ChronosRepository {
   return {
     async create(run, enqueue) {
@@ -140,6 +167,10 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
     },
     async get(accountId, id) {
       const row = await prisma.chronosRun.findFirst({ where: { id, accountId } });
+      return row ? runOf(row) : null;
+    },
+    async find(id) {
+      const row = await prisma.chronosRun.findUnique({ where: { id } });
       return row ? runOf(row) : null;
     },
     async list(accountId) {
@@ -159,7 +190,7 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
           where: { id },
           data: { ...rest, ...(steps ? { steps: json(steps) } : {}), updatedAt: new Date() },
         });
-        if (enqueue && 'nextFireAt' in patch) await enqueue(txSql(tx));
+        if (enqueue) await enqueue(txSql(tx));
         return runOf(row);
       });
     },
@@ -171,11 +202,13 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
     },
     async fire(runId, at, plan, enqueue) {
       return prisma.$transaction(async (tx) => {
-        // Row lock: a concurrent PATCH (which moves next_fire_at) and this fire serialize.
-        const rows = await tx.$queryRaw<{ id: string }[]>`
-          SELECT id FROM chronos_runs WHERE id = ${runId} AND next_fire_at = ${at} FOR UPDATE`;
+        // Row lock: a concurrent PATCH (which moves next_fire_at) and this fire serialize. The row is
+        // read by the same statement (one round trip fewer per fire: 1,000 fires may be due at once).
+        const rows = await tx.$queryRaw<RawRun[]>`
+          SELECT id, account_id, name, schedule, timezone, steps, key_id, next_fire_at, created_at, updated_at
+            FROM chronos_runs WHERE id = ${runId} AND next_fire_at = ${at} FOR UPDATE`;
         if (!rows.length) return { kind: 'stale' as const };
-        const run = runOf((await tx.chronosRun.findUnique({ where: { id: runId } }))!);
+        const run = runOfRaw(rows[0]!);
         const { next, executionId } = plan(run);
         let recorded: string | null = null;
         if (executionId) {
@@ -207,13 +240,17 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
       });
     },
     async claim(id, worker) {
-      const rows = await prisma.$queryRaw<{ id: string }[]>`
-        UPDATE chronos_executions
-           SET status = 'running', started_at = now(), attempts = attempts + 1, worker = ${worker}
-         WHERE id = ${id} AND status = 'queued'
-        RETURNING id`;
+      // One round trip when claimed (the common case): the update returns the row.
+      try {
+        const row = await prisma.chronosExecution.update({
+          where: { id, status: 'queued' },
+          data: { status: 'running', startedAt: new Date(), attempts: { increment: 1 }, worker },
+        });
+        return { claimed: true, execution: executionOf(row) };
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'P2025') throw err;
+      }
       const row = await prisma.chronosExecution.findUnique({ where: { id } });
-      if (rows.length && row) return { claimed: true, execution: executionOf(row) };
       return { claimed: false, execution: row ? executionOf(row) : null };
     },
     async progress(id, attempt, results, cost) {
