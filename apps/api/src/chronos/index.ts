@@ -102,61 +102,88 @@ export async function startChronos(deps: {
     return parsed.ok ? (nextFire(parsed.spec, timezone, after) ?? null) : null;
   };
 
+  const prewarming = (steps: readonly Step[]) =>
+    !!deps.platform && config.prewarmSeconds > 0 && mayCallEndpoint(deps.steps.catalog, steps);
+  const prewarmAt = (at: Date) =>
+    new Date(Math.max(now().getTime(), at.getTime() - config.prewarmSeconds * 1000));
+  // One job per (run, occurrence): pg-boss's singleton key makes a second one a no-op.
+  const fireJob = (runId: string, at: Date) => ({
+    data: { runId, at: at.toISOString() },
+    startAfter: at,
+    singletonKey: `${runId}@${at.toISOString()}`,
+  });
+  const prewarmJob = (runId: string, at: Date) => ({
+    data: { runId, at: at.toISOString() },
+    startAfter: prewarmAt(at),
+    singletonKey: `${runId}@${at.toISOString()}`,
+  });
+  // Past every step's wall clock: expiry is only a backstop, the heartbeat notices dead replicas.
+  const executeJob = (executionId: string, steps: number) => ({
+    data: { executionId },
+    expireInSeconds: Math.ceil((steps * config.stepTimeoutMs) / 1000) + 120,
+  });
+
   const enqueuePrewarm = async (db: TxSql, runId: string, at: Date, steps: readonly Step[]) => {
-    if (!deps.platform || config.prewarmSeconds <= 0 || !mayCallEndpoint(deps.steps.catalog, steps)) return;
-    const startAfter = new Date(Math.max(now().getTime(), at.getTime() - config.prewarmSeconds * 1000));
-    await boss.send(
-      PREWARM_QUEUE,
-      { runId, at: at.toISOString() },
-      { startAfter, singletonKey: `${runId}@${at.toISOString()}`, db },
-    );
-    alarm?.arm(PREWARM_QUEUE, startAfter.getTime());
+    if (!prewarming(steps)) return;
+    const job = prewarmJob(runId, at);
+    await boss.send(PREWARM_QUEUE, job.data, { ...job, db });
+    alarm?.arm(PREWARM_QUEUE, job.startAfter.getTime());
   };
   const enqueueFire = async (db: TxSql, runId: string, at: Date | null, steps: readonly Step[]) => {
     if (!at) return;
-    await boss.send(
-      FIRE_QUEUE,
-      { runId, at: at.toISOString() },
-      { startAfter: at, singletonKey: `${runId}@${at.toISOString()}`, db },
-    );
+    const job = fireJob(runId, at);
+    await boss.send(FIRE_QUEUE, job.data, { ...job, db });
     alarm?.arm(FIRE_QUEUE, at.getTime());
     await enqueuePrewarm(db, runId, at, steps);
   };
   const enqueueExecute = async (db: TxSql, executionId: string, steps: number) => {
-    await boss.send(
-      EXECUTE_QUEUE,
-      { executionId },
-      // Past every step's wall clock: expiry is only a backstop, the heartbeat notices dead replicas.
-      { expireInSeconds: Math.ceil((steps * config.stepTimeoutMs) / 1000) + 120, db },
-    );
+    const job = executeJob(executionId, steps);
+    await boss.send(EXECUTE_QUEUE, job.data, { ...job, db });
   };
 
-  const fire = async ({ runId, at }: { runId: string; at: string }) => {
-    const due = new Date(at);
-    let steps = 1;
-    let runStepList: readonly Step[] = [];
-    const outcome = await repo.fire(
-      runId,
-      due,
-      (run) => {
-        steps = run.steps.length;
-        runStepList = run.steps;
+  /** A batch of due fires, in one transaction (repo.fireMany); the jobs it queues, in bulk. */
+  const fireBatch = async (batch: { runId: string; at: string }[]) => {
+    const fired = await repo.fireMany(
+      batch.map((f) => ({ runId: f.runId, at: new Date(f.at) })),
+      (run, due) => ({
         // Missed fires (no replica ran at the time): this one runs once, late; the occurrences
         // between it and now are skipped, and the schedule continues from now.
-        const after = new Date(Math.max(due.getTime(), now().getTime()));
-        return {
-          next: next(run.schedule, run.timezone, after),
-          // Turned off platform-wide: occurrences pass without executions (the schedule keeps going).
-          executionId: config.enabled ? newId('chx') : null,
-        };
-      },
+        next: next(run.schedule, run.timezone, new Date(Math.max(due.getTime(), now().getTime()))),
+        // Turned off platform-wide: occurrences pass without executions (the schedule keeps going).
+        executionId: config.enabled ? newId('chx') : null,
+      }),
       async (db, fired) => {
-        await enqueueFire(db, runId, fired.next, runStepList);
-        if (fired.executionId) await enqueueExecute(db, fired.executionId, steps);
+        const fires = fired.filter((f) => f.next);
+        const prewarms = fires.filter((f) => prewarming(f.run.steps));
+        const executions = fired.filter((f) => f.executionId);
+        if (fires.length)
+          await boss.insert(
+            FIRE_QUEUE,
+            fires.map((f) => fireJob(f.run.id, f.next!)),
+            { db },
+          );
+        if (prewarms.length)
+          await boss.insert(
+            PREWARM_QUEUE,
+            prewarms.map((f) => prewarmJob(f.run.id, f.next!)),
+            { db },
+          );
+        if (executions.length)
+          await boss.insert(
+            EXECUTE_QUEUE,
+            executions.map((f) => executeJob(f.executionId!, f.run.steps.length)),
+            { db },
+          );
       },
     );
-    if (outcome.kind === 'fired')
-      logger.debug({ run: runId, at, execution: outcome.executionId, next: outcome.next }, 'chronos fire');
+    for (const f of fired) {
+      if (f.next) alarm?.arm(FIRE_QUEUE, f.next.getTime());
+      if (f.next && prewarming(f.run.steps)) alarm?.arm(PREWARM_QUEUE, prewarmAt(f.next).getTime());
+      logger.debug(
+        { run: f.run.id, at: f.at.toISOString(), execution: f.executionId, next: f.next },
+        'chronos fire',
+      );
+    }
   };
 
   const prewarm = async ({ runId, at }: { runId: string; at: string }) => {
@@ -249,8 +276,8 @@ export async function startChronos(deps: {
     );
   };
 
-  // A batch of fires is handled in parallel (each is its own transaction, and idempotent: a retried
-  // batch finds the fires it already handled stale); executions one at a time per worker.
+  // A batch of fires is one transaction (a retried batch records nothing twice: the fires it handled
+  // are stale); a batch of pre-warms is handled in parallel; executions one at a time per worker.
   const handle =
     <T>(name: string, fn: (data: T) => Promise<void>, retryDelaySeconds = 0) =>
     async (batch: { id: string; data: T }[]) => {
@@ -266,8 +293,19 @@ export async function startChronos(deps: {
   // Fires and pre-warms are delayed jobs: polled rarely, woken at their due times by the alarm.
   const fireWorker = await boss.work<{ runId: string; at: string }>(
     FIRE_QUEUE,
-    { pollingIntervalSeconds: config.pollSeconds, batchSize: 25, burstWhenBatchFull: true },
-    handle(FIRE_QUEUE, fire, 1),
+    { pollingIntervalSeconds: config.pollSeconds, batchSize: 50, burstWhenBatchFull: true },
+    async (batch) => {
+      try {
+        await fireBatch(batch.map((job) => job.data));
+      } catch (err) {
+        logger.error(
+          { err, job: FIRE_QUEUE, jobs: batch.length },
+          'chronos fires failed; pg-boss will retry them',
+        );
+        alarm?.arm(FIRE_QUEUE, Date.now() + 1_000);
+        throw err;
+      }
+    },
   );
   const prewarmWorker = await boss.work<{ runId: string; at: string }>(
     PREWARM_QUEUE,
