@@ -8,28 +8,30 @@
 // The local cluster has 24 fake GPUs and 5 × 110 pod slots, so the bench adds tainted kwok nodes and
 // runs the operator with a catalog whose `nvidia-h100-80gb` maps to 1 CPU on those nodes (the
 // builders tolerate a taint keyed by the resource name). Everything it adds is removed at the end.
-import { createRequire } from 'node:module';
+import { loadavg } from 'node:os';
 import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
 import { desiredDeployment, desiredService } from '@berth/operator';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
 import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
+import {
+  controlPlaneRss,
+  countRequests,
+  createAsApi,
+  etcdDbMiB,
+  metric,
+  metricBy,
+  releaseAll,
+} from './lib.ts';
+
+const uptimeLoad = () => loadavg().map((l) => +l.toFixed(2));
 
 const N = Number(process.argv[2] ?? 1000);
 const NODES = Math.ceil(N / 100) + 1;
 
-// Count every HTTP request the operator's Kubernetes client makes (client-node's own undici).
-const requireFromClient = createRequire(createRequire(import.meta.url).resolve('@kubernetes/client-node'));
-const undici = requireFromClient('undici') as {
-  Agent: { prototype: { dispatch: (...a: unknown[]) => unknown } };
-};
-let requests = 0;
-const dispatch = undici.Agent.prototype.dispatch;
-undici.Agent.prototype.dispatch = function (this: unknown, ...args: unknown[]) {
-  requests++;
-  return dispatch.apply(this, args);
-};
+const requests = countRequests();
+const load = uptimeLoad();
 
 const nodeYaml = (i: number) => `apiVersion: v1
 kind: Node
@@ -127,15 +129,17 @@ for (let i = 0; i < 300; i++) {
 }
 
 // Only the operator's own requests from here on (and the bench's polling, as before).
-requests = 0;
+requests.reset();
 const op = await start(config);
 
 const t0 = Date.now();
+// The bench's own requests (its creates and its polling), subtracted from the operator's count.
+let benchOwn = N;
 const names = Array.from({ length: N }, (_, i) => `endpt-bench-${i}`);
 for (let i = 0; i < names.length; i += 25) {
   await Promise.all(
     names.slice(i, i + 25).map((n) =>
-      k.create(n, {
+      createAsApi(k, n, {
         account: 'bench',
         model: { id: 'org/small' },
         hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
@@ -155,38 +159,47 @@ while (Date.now() < deadline) {
   })) as {
     items: DedicatedEndpoint[];
   };
+  benchOwn++;
   up = list.items.filter((e) => e.status?.phase === 'up').length;
   if (up === N) break;
   await new Promise((r) => setTimeout(r, 2000));
 }
 const allUp = Date.now() - t0;
+// What it took the operator to bring the N up (requests: the operator's own, the bench's subtracted).
+const toUp = {
+  requests: requests.count - benchOwn,
+  passes: await metric(op, 'berth_operator_reconciles_total'),
+  writes: await metricBy(op, 'berth_operator_api_writes_total', 'resource'),
+  watchEvents: await metricBy(op, 'berth_operator_watch_events_total', 'outcome'),
+};
+const perEndpoint = (v: number) => +(v / N).toFixed(2);
 global.gc?.();
 const mem = process.memoryUsage();
+const controlPlane = controlPlaneRss();
+const etcdMiB = await etcdDbMiB();
 
 // At rest: nothing changes; count the operator's requests over a minute.
 await new Promise((r) => setTimeout(r, 10_000));
-const before = requests;
+const before = requests.count;
+const writesBefore = await metric(op, 'berth_operator_api_writes_total');
 await new Promise((r) => setTimeout(r, 60_000));
-const atRest = requests - before;
+const atRest = requests.count - before;
+const writesAtRest = (await metric(op, 'berth_operator_api_writes_total')) - writesBefore;
 
-const metric = async (name: string) =>
-  (await op.metrics.registry.getMetricsAsJSON())
-    .find((m) => m.name === name)
-    ?.values.reduce((sum, v) => sum + Number(v.value), 0) ?? 0;
 const reconciles = (
   await op.metrics.registry.getSingleMetricAsString('berth_operator_reconciles_total')
 ).trim();
 
 // A no-op resync: the periodic resync puts every endpoint on the queue while nothing changed. From
 // the first pass it starts to the N-th: its duration, and the writes it made (should be none).
-const passes0 = await metric('berth_operator_reconciles_total');
-const writes0 = await metric('berth_operator_api_writes_total');
-const requests0 = requests;
+const passes0 = await metric(op, 'berth_operator_reconciles_total');
+const writes0 = await metric(op, 'berth_operator_api_writes_total');
+const requests0 = requests.count;
 let resyncStart = 0;
 let resyncEnd = 0;
 const resyncDeadline = Date.now() + (RESYNC_SECONDS + 600) * 1000;
 while (Date.now() < resyncDeadline) {
-  const passes = (await metric('berth_operator_reconciles_total')) - passes0;
+  const passes = (await metric(op, 'berth_operator_reconciles_total')) - passes0;
   if (passes > 0 && !resyncStart) resyncStart = Date.now();
   if (passes >= N) {
     resyncEnd = Date.now();
@@ -195,15 +208,17 @@ while (Date.now() < resyncDeadline) {
   await new Promise((r) => setTimeout(r, 50));
 }
 const resync = {
-  passes: (await metric('berth_operator_reconciles_total')) - passes0,
+  passes: (await metric(op, 'berth_operator_reconciles_total')) - passes0,
   seconds: resyncEnd ? +((resyncEnd - resyncStart) / 1000).toFixed(2) : null,
-  writes: (await metric('berth_operator_api_writes_total')) - writes0,
-  requests: requests - requests0,
+  writes: (await metric(op, 'berth_operator_api_writes_total')) - writes0,
+  requests: requests.count - requests0,
 };
 process.stdout.write(
   JSON.stringify(
     {
       endpoints: N,
+      loadAverageAtStart: load,
+      concurrency: config.concurrency,
       benchNodes: NODES,
       baselineDeploymentsReady: ready,
       baselineAllReadySeconds: +(baseReady / 1000).toFixed(1),
@@ -214,7 +229,16 @@ process.stdout.write(
       rssMiB: +(mem.rss / 2 ** 20).toFixed(0),
       heapUsedMiB: +(mem.heapUsed / 2 ** 20).toFixed(0),
       requestsAtRestPerMinute: atRest,
-      totalRequests: requests,
+      writesAtRestPerMinute: writesAtRest,
+      toUp,
+      perEndpoint: {
+        requests: perEndpoint(toUp.requests),
+        passes: perEndpoint(toUp.passes),
+        ...Object.fromEntries(Object.entries(toUp.writes).map(([r, v]) => [`${r}Writes`, perEndpoint(v)])),
+      },
+      controlPlaneRssMiB: controlPlane,
+      etcdDbMiB: etcdMiB,
+      totalRequests: requests.count,
       reconciles,
       noOpResync: resync,
     },
@@ -225,7 +249,7 @@ process.stdout.write(
 
 await op.stop();
 await fakeHub.close();
-await k.releaseAll();
+await releaseAll(k);
 await ns.remove();
 await kubectlOk([
   'delete',

@@ -58,6 +58,12 @@ export function createMetrics() {
       labelNames: ['resource'] as const,
       registers: [registry],
     }),
+    watchEvents: new Counter({
+      name: 'berth_operator_watch_events_total',
+      help: 'Watch events of endpoints and their children: enqueued a pass, echo of our own write, or unchanged in what a pass reads',
+      labelNames: ['outcome'] as const,
+      registers: [registry],
+    }),
     leader: new Gauge({
       name: 'berth_operator_leader',
       help: '1 while this replica holds the lease',

@@ -85,6 +85,7 @@ export async function startOperator(
           log,
           onInformerError: () => metrics.errors.inc({ where: 'informer' }),
           onWrite: (resource) => metrics.writes.inc({ resource }),
+          onWatchEvent: (outcome) => metrics.watchEvents.inc({ outcome }),
           enqueue,
         });
         return {
@@ -94,7 +95,10 @@ export async function startOperator(
           keys: () => k.cache.keys(),
           start: () => k.cache.start(),
           stop: () => k.cache.stop(),
-          gone: async (key: string) => k.driver.forget(key),
+          gone: async (key: string) => {
+            k.driver.forget(key);
+            k.store.forget(key);
+          },
         };
       },
     );

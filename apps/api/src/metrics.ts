@@ -8,6 +8,8 @@ export interface ApiMetrics {
   httpDuration: Histogram<'route' | 'method'>;
   keyCache: Counter<'result'>;
   keyRevocations: Counter<'outcome'>;
+  engineLoadSamples: Counter<'outcome'>;
+  olympusRoutes: Counter<'outcome'>;
 }
 
 export function createMetrics(): ApiMetrics {
@@ -37,6 +39,18 @@ export function createMetrics(): ApiMetrics {
     keyRevocations: new Counter({
       name: 'berth_key_revocations_total',
       help: 'Key revocations by outcome (confirmed: every replica acknowledged in time)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    engineLoadSamples: new Counter({
+      name: 'berth_engine_load_samples_total',
+      help: "Scrapes of an engine replica's /metrics for its load (leastLoad, prefixAffinity), by outcome (ok, failed)",
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    olympusRoutes: new Counter({
+      name: 'berth_olympus_route_matches_total',
+      help: 'Olympus requests whose policy has routes, by how the route embedding went (matched, below_threshold, no_prompt, no_embedding_model, embedding_failed, embedding_timeout)',
       labelNames: ['outcome'],
       registers: [registry],
     }),

@@ -155,6 +155,8 @@ export async function startApi(
         backends: runtime.backends,
         logger,
         onWoken: epMetrics.woken,
+        engineLoadIntervalMs: config.ENGINE_LOAD_SAMPLE_MS,
+        onEngineSample: (outcome) => metrics.engineLoadSamples.inc({ outcome }),
       });
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');

@@ -23,10 +23,18 @@ import type { Logger } from 'pino';
 import { TerminalError } from '../core/queue.ts';
 import type { Supervised } from './informers.ts';
 import { supervise } from './informers.ts';
+import { OwnWrites } from './own-writes.ts';
 
 // The operator's view of the cluster: supervised informers on DedicatedEndpoints and the children
 // it owns (Deployments, Services, pods), an index of pods by endpoint, and nothing else. Informers
-// only enqueue keys; the reconciler reads from these caches.
+// only enqueue keys; the reconciler reads from these caches, with its own writes in front of them
+// until the watches bring them back (own-writes.ts).
+//
+// Not every watch event is worth a pass. The echo of our own write is not (the pass that wrote it
+// already acted on it), nor a change of a child in fields the reconcile never reads: the Deployment
+// controller's status bookkeeping (observedGeneration, conditions, updated/available counts) and a
+// pod's IP or phase. Each child's reconcile-relevant fields are fingerprinted, and an update that
+// leaves its fingerprint unchanged enqueues nothing; the periodic resync stays the backstop.
 
 /** An endpoint as the informer caches it, before schema parsing. */
 export type RawEndpoint = KubernetesObject & { spec?: unknown; status?: DedicatedEndpointStatus };
@@ -38,7 +46,11 @@ export interface KubeCacheOptions {
   onInformerError: () => void;
   /** Called with the endpoint key whenever the endpoint or one of its children changes. */
   enqueue: (key: string) => void;
+  /** Each watch event of an endpoint's own or its children: enqueued, our own write's echo, or unchanged for a pass. */
+  onWatchEvent?: (outcome: WatchEventOutcome) => void;
 }
+
+export type WatchEventOutcome = 'enqueued' | 'echo' | 'unchanged';
 
 export const keyOf = (ns: string | undefined, name: string | undefined) => `${ns ?? ''}/${name ?? ''}`;
 
@@ -57,6 +69,38 @@ function ownerKeyOfPod(pod: V1Pod): string | undefined {
   return name ? keyOf(pod.metadata?.namespace, name) : undefined;
 }
 
+/** What a pass reads of a Deployment: the fields drift compares (spec via its generation) and the replica counts. */
+export function deploymentFingerprint(d: V1Deployment): string {
+  const m = d.metadata;
+  return JSON.stringify([
+    m?.generation,
+    m?.labels,
+    m?.annotations,
+    m?.ownerReferences,
+    m?.deletionTimestamp,
+    d.status?.replicas,
+    d.status?.readyReplicas,
+  ]);
+}
+
+/** What a pass reads of a Service: the fields drift compares. */
+export function serviceFingerprint(s: V1Service): string {
+  const m = s.metadata;
+  return JSON.stringify([m?.labels, m?.annotations, m?.ownerReferences, m?.deletionTimestamp, s.spec]);
+}
+
+/** What a pass reads of a pod (observe.ts): readiness, scheduling, container states, timings. */
+export function podFingerprint(p: V1Pod): string {
+  return JSON.stringify([
+    p.metadata?.creationTimestamp,
+    p.metadata?.deletionTimestamp,
+    p.status?.conditions
+      ?.filter((c) => c.type === 'Ready' || c.type === 'PodScheduled')
+      .map((c) => [c.type, c.status, c.reason, c.message, c.lastTransitionTime]),
+    p.status?.containerStatuses?.map((c) => [c.name, c.image, c.restartCount, c.state, c.lastState]),
+  ]);
+}
+
 export class KubeCache {
   readonly endpoints: Supervised<RawEndpoint>;
   readonly deployments: Supervised<V1Deployment>;
@@ -64,6 +108,12 @@ export class KubeCache {
   private readonly pods: Supervised<V1Pod>;
   /** Pods by endpoint key, maintained from informer events (avoids scanning every pod per pass). */
   private readonly podIndex = new Map<string, Map<string, V1Pod>>();
+  /** Our own writes, served until the watches deliver them. */
+  readonly ownEndpoints = new OwnWrites<RawEndpoint>();
+  readonly ownDeployments = new OwnWrites<V1Deployment>();
+  readonly ownServices = new OwnWrites<V1Service>();
+  /** Reconcile-relevant fingerprint per child ("kind/namespace/name"). */
+  private readonly fingerprints = new Map<string, string>();
 
   constructor(o: KubeCacheOptions) {
     const { kc, namespace: ns } = o;
@@ -116,15 +166,50 @@ export class KubeCache {
       LABEL_ENDPOINT,
     );
 
-    // Informers only enqueue keys.
-    const own = (obj: KubernetesObject) => {
-      const key = ownerKey(obj);
-      if (key) o.enqueue(key);
+    // Informers only enqueue keys, and only for events that can change a pass's outcome.
+    const changed = (kind: string, obj: KubernetesObject, fingerprint: string): boolean => {
+      const k = `${kind}/${keyOf(obj.metadata?.namespace, obj.metadata?.name)}`;
+      if (this.fingerprints.get(k) === fingerprint) return false;
+      this.fingerprints.set(k, fingerprint);
+      return true;
     };
+    const forget = (kind: string, obj: KubernetesObject) =>
+      this.fingerprints.delete(`${kind}/${keyOf(obj.metadata?.namespace, obj.metadata?.name)}`);
+    const enqueue = (key: string | undefined, echo: boolean, fresh: boolean) => {
+      if (!key) return;
+      const outcome = echo ? 'echo' : fresh ? 'enqueued' : 'unchanged';
+      o.onWatchEvent?.(outcome);
+      if (outcome === 'enqueued') o.enqueue(key);
+    };
+    const nameKey = (obj: KubernetesObject) => keyOf(obj.metadata?.namespace, obj.metadata?.name);
+    for (const verb of ['add', 'update'] as const) {
+      epInformer.on(verb, (obj) =>
+        enqueue(nameKey(obj), this.ownEndpoints.delivered(nameKey(obj), obj), true),
+      );
+      depInformer.on(verb, (d) => {
+        const fresh = changed('deployment', d, deploymentFingerprint(d));
+        enqueue(ownerKey(d), this.ownDeployments.delivered(nameKey(d), d), fresh);
+      });
+      svcInformer.on(verb, (svc) => {
+        const fresh = changed('service', svc, serviceFingerprint(svc));
+        enqueue(ownerKey(svc), this.ownServices.delivered(nameKey(svc), svc), fresh);
+      });
+    }
+    epInformer.on('delete', (obj) => {
+      this.ownEndpoints.deleted(nameKey(obj));
+      enqueue(nameKey(obj), false, true);
+    });
+    depInformer.on('delete', (d) => {
+      forget('deployment', d);
+      this.ownDeployments.deleted(nameKey(d));
+      enqueue(ownerKey(d), false, true);
+    });
+    svcInformer.on('delete', (svc) => {
+      forget('service', svc);
+      this.ownServices.deleted(nameKey(svc));
+      enqueue(ownerKey(svc), false, true);
+    });
     for (const verb of ['add', 'update', 'delete'] as const) {
-      epInformer.on(verb, (obj) => o.enqueue(keyOf(obj.metadata?.namespace, obj.metadata?.name)));
-      depInformer.on(verb, own);
-      svcInformer.on(verb, own);
       podInformer.on(verb, (pod) => {
         const key = ownerKeyOfPod(pod);
         if (!key) return;
@@ -133,7 +218,10 @@ export class KubeCache {
         else byName.set(pod.metadata!.name!, pod);
         if (byName.size) this.podIndex.set(key, byName);
         else this.podIndex.delete(key);
-        o.enqueue(key);
+        if (verb === 'delete') {
+          forget('pod', pod);
+          enqueue(key, false, true);
+        } else enqueue(key, false, changed('pod', pod, podFingerprint(pod)));
       });
     }
     this.endpoints = supervise('dedicatedendpoints', epInformer, o.log, o.onInformerError);
@@ -172,7 +260,7 @@ export class KubeCache {
   /** The endpoint by key, parsed; one that does not match the schema is a terminal error. */
   endpoint(key: string): DedicatedEndpoint | undefined {
     const [ns, name] = key.split('/');
-    const raw = this.endpoints.informer.get(name!, ns || undefined);
+    const raw = this.ownEndpoints.get(key, this.endpoints.informer.get(name!, ns || undefined));
     if (!raw) return undefined;
     const parsed = DedicatedEndpointSchema.safeParse(raw);
     if (!parsed.success) {
@@ -184,11 +272,13 @@ export class KubeCache {
   }
 
   deployment(ep: DedicatedEndpoint): V1Deployment | undefined {
-    return this.deployments.informer.get(ep.metadata.name, ep.metadata.namespace);
+    const { name, namespace } = ep.metadata;
+    return this.ownDeployments.get(keyOf(namespace, name), this.deployments.informer.get(name, namespace));
   }
 
   service(ep: DedicatedEndpoint): V1Service | undefined {
-    return this.services.informer.get(ep.metadata.name, ep.metadata.namespace);
+    const { name, namespace } = ep.metadata;
+    return this.ownServices.get(keyOf(namespace, name), this.services.informer.get(name, namespace));
   }
 
   podsOf(ep: DedicatedEndpoint): V1Pod[] {

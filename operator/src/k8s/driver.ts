@@ -1,6 +1,12 @@
 import type { DedicatedEndpoint, InstanceType, ModelSource } from '@berth/crds';
 import { FIELD_MANAGER, LABEL_SPEC_HASH } from '@berth/crds';
-import type { KubeConfig, KubernetesObject, V1Secret } from '@kubernetes/client-node';
+import type {
+  KubeConfig,
+  KubernetesObject,
+  V1Deployment,
+  V1Secret,
+  V1Service,
+} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { CoreV1Api, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
 import type { HubToken } from '../core/preflight.ts';
@@ -112,7 +118,15 @@ export class KubeWorkloadDriver implements WorkloadDriver {
   }
 
   private async ssa(obj: KubernetesObject, resource: WrittenResource): Promise<void> {
-    await this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
+    const apply = () =>
+      this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
+    const key = keyOf(obj.metadata?.namespace, obj.metadata?.name);
+    // The answers of Deployment and Service applies go back into the cache (the next pass sees them).
+    if (resource === 'deployment')
+      await this.cache.ownDeployments.write(key, apply as () => Promise<V1Deployment>);
+    else if (resource === 'service')
+      await this.cache.ownServices.write(key, apply as () => Promise<V1Service>);
+    else await apply();
     this.o.onWrite?.(resource);
   }
 

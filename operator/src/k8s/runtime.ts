@@ -1,7 +1,7 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { BuildConfig } from './builders.ts';
-import { KubeCache } from './cache.ts';
+import { KubeCache, type WatchEventOutcome } from './cache.ts';
 import { KubeWorkloadDriver, type WrittenResource } from './driver.ts';
 import { KubeEndpointStore } from './store.ts';
 
@@ -20,6 +20,7 @@ export interface KubeRuntimeOptions {
   onWrite?: (resource: WrittenResource) => void;
   /** Called with the endpoint key whenever the endpoint or one of its children changes. */
   enqueue: (key: string) => void;
+  onWatchEvent?: (outcome: WatchEventOutcome) => void;
 }
 
 export interface KubeRuntime {

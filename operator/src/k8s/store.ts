@@ -13,18 +13,27 @@ import type { Logger } from 'pino';
 import type { EndpointStore } from '../core/runtime.ts';
 import type { PhaseEvent } from '../core/types.ts';
 import { errorText } from '../core/error-text.ts';
-import { keyOf, type KubeCache } from './cache.ts';
+import { keyOf, type KubeCache, type RawEndpoint } from './cache.ts';
 import type { WrittenResource } from './driver.ts';
 
 // The reconciler's writes to the endpoint resource itself: status through /status, the finalizer,
-// and Kubernetes Events. Reads come from the cache.
+// and Kubernetes Events. Reads come from the cache; the answers of our writes go back into it
+// (own-writes.ts), so the next pass reads what this one wrote.
+//
+// The finalizer: the API creates endpoints with it already present (no write here for those); one
+// created another way (kubectl) gets it by server-side apply. It is removed by a JSON patch that
+// tests the entry first, since server-side apply removes only entries its field manager owns and
+// the API's create owns the entry on the endpoints it created.
 
 const SSA = setHeaderOptions('Content-Type', PatchStrategy.ServerSideApply);
+const JSON_PATCH = setHeaderOptions('Content-Type', PatchStrategy.JsonPatch);
 
 export class KubeEndpointStore implements EndpointStore {
   private readonly objects: KubernetesObjectApi;
   private readonly custom: CustomObjectsApi;
   private readonly events: EventsV1Api;
+  /** The last Event recorded per endpoint key, so a transition is never recorded twice in a row. */
+  private readonly lastEvent = new Map<string, string>();
 
   constructor(
     private readonly cache: KubeCache,
@@ -41,53 +50,83 @@ export class KubeEndpointStore implements EndpointStore {
   }
 
   async writeStatus(ep: DedicatedEndpoint, status: DedicatedEndpointStatus): Promise<void> {
-    await this.custom.patchNamespacedCustomObjectStatus(
-      {
-        group: GROUP,
-        version: VERSION,
-        namespace: ep.metadata.namespace!,
-        plural: PLURAL,
-        name: ep.metadata.name,
-        body: {
-          apiVersion: API_VERSION,
-          kind: KIND,
-          metadata: { name: ep.metadata.name, namespace: ep.metadata.namespace },
-          status,
-        },
-        fieldManager: FIELD_MANAGER,
-        force: true,
-      },
-      SSA,
+    const { name, namespace } = ep.metadata;
+    await this.cache.ownEndpoints.write(
+      keyOf(namespace, name),
+      async () =>
+        (await this.custom.patchNamespacedCustomObjectStatus(
+          {
+            group: GROUP,
+            version: VERSION,
+            namespace: namespace!,
+            plural: PLURAL,
+            name,
+            body: { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace }, status },
+            fieldManager: FIELD_MANAGER,
+            force: true,
+          },
+          SSA,
+        )) as RawEndpoint,
     );
     this.o.onWrite?.('status');
   }
 
   async setFinalizer(ep: DedicatedEndpoint, present: boolean): Promise<void> {
-    try {
-      await this.objects.patch(
-        {
-          apiVersion: API_VERSION,
-          kind: KIND,
-          metadata: {
-            name: ep.metadata.name,
-            namespace: ep.metadata.namespace,
-            finalizers: present ? [FINALIZER] : [],
-          },
-        },
-        undefined,
-        undefined,
-        FIELD_MANAGER,
-        true,
-        PatchStrategy.ServerSideApply,
+    const { name, namespace } = ep.metadata;
+    const key = keyOf(namespace, name);
+    if (present) {
+      await this.cache.ownEndpoints.write(key, () =>
+        this.objects.patch(
+          { apiVersion: API_VERSION, kind: KIND, metadata: { name, namespace, finalizers: [FINALIZER] } },
+          undefined,
+          undefined,
+          FIELD_MANAGER,
+          true,
+          PatchStrategy.ServerSideApply,
+        ),
       );
       this.o.onWrite?.('finalizer');
+      return;
+    }
+    const at = (ep.metadata.finalizers ?? []).indexOf(FINALIZER);
+    if (at < 0) return;
+    try {
+      // The test fails (422) if the list changed since the cache saw it: the pass is retried on the newer object.
+      await this.cache.ownEndpoints.write(
+        key,
+        async () =>
+          (await this.custom.patchNamespacedCustomObject(
+            {
+              group: GROUP,
+              version: VERSION,
+              namespace: namespace!,
+              plural: PLURAL,
+              name,
+              body: [
+                { op: 'test', path: `/metadata/finalizers/${at}`, value: FINALIZER },
+                { op: 'remove', path: `/metadata/finalizers/${at}` },
+              ],
+            },
+            JSON_PATCH,
+          )) as RawEndpoint,
+      );
+      this.o.onWrite?.('finalizer');
+      this.lastEvent.delete(key);
     } catch (err) {
-      if (!present && (err as { code?: number }).code === 404) return; // already gone
+      if ((err as { code?: number }).code === 404) return; // already gone
       throw err;
     }
   }
 
+  /** Forget what was kept for an endpoint that is gone. */
+  forget(key: string): void {
+    this.lastEvent.delete(key);
+  }
+
   async recordEvent(ep: DedicatedEndpoint, event: PhaseEvent): Promise<void> {
+    const key = keyOf(ep.metadata.namespace, ep.metadata.name);
+    const said = `${ep.metadata.uid}\n${event.type}\n${event.reason}\n${event.message}`;
+    if (this.lastEvent.get(key) === said) return;
     try {
       await this.events.createNamespacedEvent({
         namespace: ep.metadata.namespace!,
@@ -110,6 +149,7 @@ export class KubeEndpointStore implements EndpointStore {
         },
       });
       this.o.onWrite?.('event');
+      this.lastEvent.set(key, said);
     } catch (err) {
       // Events are best effort: a lost event must not fail the pass (status already says it).
       this.o.log.warn(

@@ -12,6 +12,7 @@ import {
 import {
   ANNOTATION_DISPLAY_NAME,
   API_VERSION,
+  FINALIZER,
   GROUP,
   KIND,
   LABEL_ENDPOINT,
@@ -83,8 +84,9 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
           name: id,
           namespace,
           annotations: { [ANNOTATION_DISPLAY_NAME]: displayName },
-          // Held until the endpoint's billing record is closed (gpu-meter.ts).
-          finalizers: [BILLING_FINALIZER],
+          // Held until the endpoint's billing record is closed (gpu-meter.ts), and until the operator
+          // has terminated it: present from the start, the operator's pass need not add its own.
+          finalizers: [BILLING_FINALIZER, FINALIZER],
         },
         spec: hubToken
           ? { ...spec, model: { ...spec.model, hubTokenSecretRef: { name: secretName, key: 'token' } } }
