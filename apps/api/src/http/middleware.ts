@@ -38,9 +38,10 @@ export function accessLog(logger: Logger, metrics: ApiMetrics): RequestHandler {
       const route = routeTemplate(req);
       const seconds = Number(process.hrtime.bigint() - start) / 1e9;
       const status = closed && !res.writableFinished ? 499 : res.statusCode;
-      metrics.httpRequests.inc({ route, method: req.method, status: String(status) });
+      metrics.httpRequestCells.add(1, route, req.method, status);
       metrics.httpDuration.observe({ route, method: req.method }, seconds);
       if (route === '/metrics' || route === '/healthz' || route === '/readyz') return;
+      if (!logger.isLevelEnabled('info')) return; // the line's object is not even built
       logger.info(
         {
           requestId: res.locals.requestId,
