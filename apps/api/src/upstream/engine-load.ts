@@ -121,6 +121,7 @@ export function engineLoadSampler(o: EngineLoadOptions): EngineLoadSampler {
       const running = gaugeSum(text, RUNNING);
       const waiting = gaugeSum(text, WAITING);
       if (running === undefined && waiting === undefined) throw new Error(`no ${RUNNING} in /metrics`);
+      if (closed) return; // closed while this scrape was on its way
       r.others = othersFromSample((running ?? 0) + (waiting ?? 0), ownAtSend, r.inFlight);
       r.sampledAt = Date.now();
       o.onSample?.('ok');
