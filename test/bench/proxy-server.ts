@@ -91,7 +91,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     hash: keyHasher(config.KEY_HASH_SECRET),
     bus: localRevocationBus(),
     metrics: {
-      cacheLookup: (result) => metrics.keyCache.inc({ result }),
+      cacheLookup: (result) => metrics.keyCacheCells.add(1, result),
       revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
     },
     touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,

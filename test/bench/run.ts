@@ -3,6 +3,7 @@
 import { benchAuth } from './auth.ts';
 import { benchBilling } from './billing.ts';
 import { benchChronos } from './chronos.ts';
+import { benchChronosIdle } from './chronos-idle.ts';
 import { benchElastic } from './elastic.ts';
 import { benchOlympus } from './olympus.ts';
 import { benchProxy } from './proxy.ts';
@@ -14,6 +15,7 @@ const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
   billing: benchBilling,
   chronos: benchChronos,
+  'chronos-idle': benchChronosIdle,
   elastic: benchElastic,
   olympus: benchOlympus,
   proxy: () => benchProxy(),

@@ -293,14 +293,25 @@ export const configSchema = z
       .default(780_000)
       .describe('Wall clock of one step of a Chronos execution'),
     CHRONOS_CONCURRENCY: positiveInt('executions')
-      .default(8)
+      .default(32)
       .describe('Chronos executions one API replica runs at once'),
     CHRONOS_POLL_SECONDS: z.coerce
       .number({ error: 'must be a number (seconds)' })
       .min(0.5, 'must be at least 0.5')
       .max(60, 'must be at most 60')
-      .default(1)
-      .describe('How often each replica looks for due Chronos jobs: a fire starts at most about this late'),
+      .default(30)
+      .describe(
+        'How often each replica polls the Chronos fire queue and looks ahead for fires due before the next look: a fire starts at its due time (a timer set from the look-ahead), or up to this late when the replica that queued it died or clocks disagree by more than a second',
+      ),
+    CHRONOS_PREWARM_SECONDS: z.coerce
+      .number({ error: 'must be a whole number of seconds (0 turns pre-warm off)' })
+      .int('must be a whole number of seconds (0 turns pre-warm off)')
+      .min(0, 'must be at least 0 (0 turns pre-warm off)')
+      .max(3600, 'must be at most 3600 (an hour)')
+      .default(120)
+      .describe(
+        'How long before a fire Chronos wakes the hibernated platform endpoints its chat steps call, so the first step does not wait for a cold start; 0 turns pre-warm off',
+      ),
     JOBS_MONITOR_INTERVAL_SECONDS: positiveInt('seconds')
       .default(30)
       .describe(
