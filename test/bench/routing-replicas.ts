@@ -31,8 +31,8 @@ const SIM_ARGS = [
 ];
 const CONDITIONS = [
   { name: 'own counts only (ENGINE_LOAD_SAMPLE_MS=0)', sample: '0' },
-  { name: 'engine-corrected (ENGINE_LOAD_SAMPLE_MS=1000, the default)', sample: '1000' },
-  { name: 'engine-corrected (ENGINE_LOAD_SAMPLE_MS=250)', sample: '250' },
+  { name: 'engine-corrected (ENGINE_LOAD_SAMPLE_MS=1000)', sample: '1000' },
+  { name: 'engine-corrected (ENGINE_LOAD_SAMPLE_MS=250, the default)', sample: '250' },
 ];
 
 /** A seeded generator (LCG), the same sequence for every condition. */
