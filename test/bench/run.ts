@@ -3,16 +3,19 @@
 import { benchAuth } from './auth.ts';
 import { benchBilling } from './billing.ts';
 import { benchChronos } from './chronos.ts';
+import { benchChronosIdle } from './chronos-idle.ts';
 import { benchElastic } from './elastic.ts';
 import { benchOlympus } from './olympus.ts';
 import { benchProxy } from './proxy.ts';
 import { benchProxyShipped } from './proxy-shipped.ts';
 import { benchRouting } from './routing.ts';
+import { benchRoutingReplicas } from './routing-replicas.ts';
 
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
   billing: benchBilling,
   chronos: benchChronos,
+  'chronos-idle': benchChronosIdle,
   elastic: benchElastic,
   olympus: benchOlympus,
   proxy: () => benchProxy(),
@@ -22,6 +25,7 @@ const benches: Record<string, () => Promise<string>> = {
   'proxy-wake': () => benchProxy(['wake']),
   'proxy-shipped': benchProxyShipped,
   routing: benchRouting,
+  'routing-replicas': benchRoutingReplicas,
 };
 
 const names = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(benches);

@@ -3394,6 +3394,8 @@ export interface operations {
                             model: string;
                             examples: string[];
                         }[];
+                        route_threshold: number;
+                        embedding_model: string | null;
                         updated_at: string | null;
                     };
                 };
@@ -3455,7 +3457,7 @@ export interface operations {
                      */
                     objective?: "cost" | "latency" | "quality";
                     /**
-                     * @description Prompts like these examples go to that model (embedding similarity)
+                     * @description Prompts like these examples go to that model (embedding similarity of the last user message)
                      * @default []
                      */
                     routes?: {
@@ -3463,6 +3465,16 @@ export interface operations {
                         model: string;
                         examples: string[];
                     }[];
+                    /**
+                     * @description Cosine similarity a prompt needs to one of a route's examples to take that route (depends on the embedding model)
+                     * @default 0.5
+                     */
+                    route_threshold?: number;
+                    /**
+                     * @description The catalog embedding model routes are matched with; null: the cheapest one
+                     * @default null
+                     */
+                    embedding_model?: string | null;
                 };
             };
         };
@@ -3482,6 +3494,8 @@ export interface operations {
                             model: string;
                             examples: string[];
                         }[];
+                        route_threshold: number;
+                        embedding_model: string | null;
                         updated_at: string | null;
                     };
                 };
@@ -3575,12 +3589,27 @@ export interface operations {
                     "application/json": {
                         /** @description The catalog model Olympus would call now */
                         model: string;
-                        /** @description `cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down or must wake) */
+                        /** @description `route:<name>` (a route matched), `cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down, must wake, or is a matched route’s model that cannot take the call) */
                         reason: string;
                         /** @enum {string} */
                         objective: "cost" | "latency" | "quality";
                         /** @description The catalog models that fit the request and the policy */
                         considered: string[];
+                        /** @description How the policy’s routes were matched (one embedding call, not charged); null without routes */
+                        routing: {
+                            /**
+                             * @description `matched`, or why no route decided
+                             * @enum {string}
+                             */
+                            outcome: "matched" | "below_threshold" | "no_prompt" | "no_embedding_model" | "embedding_failed" | "embedding_timeout";
+                            embedding_model: string | null;
+                            /** @description The closest route and its best cosine similarity (also below the threshold) */
+                            nearest: {
+                                name: string;
+                                model: string;
+                                similarity: number;
+                            } | null;
+                        } | null;
                     };
                 };
             };

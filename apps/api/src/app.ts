@@ -20,7 +20,7 @@ import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
 import type { AccountLock, Quotas } from './quotas.ts';
-import { registerDedicatedRoutes } from './routes/dedicated.ts';
+import { dedicatedFastPath, registerDedicatedRoutes, type DedicatedDeps } from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
 import type { EndpointRuntime } from './endpoints/ports.ts';
@@ -39,6 +39,7 @@ import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
+import { routeMatcher } from './olympus/routing.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
 import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
@@ -58,6 +59,7 @@ export interface AppDeps {
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
         | 'MANAGED_TOOL_MAX_STEPS'
+        | 'OLYMPUS_ROUTE_TIMEOUT_MS'
       >
     >;
   catalog?: Catalog;
@@ -109,6 +111,31 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('query parser', 'simple');
   app.set('trust proxy', deps.config.TRUST_PROXY ?? false);
   app.use(requestId(), accessLog(deps.logger, deps.metrics));
+  const ep = deps.endpoints;
+  const c = deps.config;
+  const dedicatedConfig = {
+    wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
+    wakeHeartbeatMs: c.WAKE_HEARTBEAT_MS ?? 5_000,
+    requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
+    retries: c.PROXY_RETRIES ?? 2,
+    publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
+    publicLimitPerClient: c.PUBLIC_RATE_LIMIT_PER_CLIENT ?? 60,
+  };
+  const dedicatedDeps: DedicatedDeps | undefined =
+    ep && deps.catalog
+      ? {
+          endpoints: ep.runtime.endpoints,
+          upstream: ep.upstream,
+          dispatcher: ep.dispatcher,
+          usage: ep.usage,
+          limiter: ep.limiter,
+          ...(ep.metrics ? { metrics: ep.metrics } : {}),
+          config: dedicatedConfig,
+        }
+      : undefined;
+  // The proxy's hot path first: `/api/d/<id>/…` without walking every router and route before it
+  // (routes/dedicated.ts; the registered routes below stay, for everything it leaves to them).
+  if (dedicatedDeps) app.use(dedicatedFastPath(dedicatedDeps, deps.keys, c.MAX_BODY_BYTES));
 
   const doc = new ApiDoc();
   const ops = express.Router();
@@ -176,27 +203,40 @@ export function createApp(deps: AppDeps): express.Express {
     });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
+  // One matcher (and its cache of example embeddings) for the Elastic routes and the dry run.
+  const olympusRoutes = deps.elastic
+    ? routeMatcher({
+        catalog: deps.elastic.catalog,
+        caller: deps.elastic.caller,
+        timeoutMs: deps.config.OLYMPUS_ROUTE_TIMEOUT_MS ?? 300,
+        logger: deps.logger,
+        count: (outcome) => deps.metrics.olympusRoutes.inc({ outcome }),
+      })
+    : undefined;
   const olympusDeps =
-    deps.olympus && deps.tools ? { tools: deps.tools.tools, policies: deps.olympus } : undefined;
+    deps.olympus && deps.tools
+      ? {
+          tools: deps.tools.tools,
+          policies: deps.olympus,
+          ...(olympusRoutes ? { routes: olympusRoutes } : {}),
+        }
+      : undefined;
   if (deps.olympus)
     registerOlympusRoutes(routes, {
       olympus: deps.olympus,
       ...(deps.elastic && deps.tools
-        ? { choose: { tools: deps.tools.tools, catalog: deps.elastic.catalog, live: deps.elastic.caller } }
+        ? {
+            choose: {
+              tools: deps.tools.tools,
+              catalog: deps.elastic.catalog,
+              live: deps.elastic.caller,
+              ...(olympusRoutes ? { routes: olympusRoutes } : {}),
+            },
+          }
         : {}),
     });
   if (deps.chronos) registerChronosRoutes(routes, deps.chronos);
   if (deps.catalog) registerHardwareRoutes(routes, { catalog: deps.catalog });
-  const ep = deps.endpoints;
-  const c = deps.config;
-  const dedicatedConfig = {
-    wakeHoldMs: c.WAKE_HOLD_TIMEOUT_MS ?? 240_000,
-    wakeHeartbeatMs: c.WAKE_HEARTBEAT_MS ?? 5_000,
-    requestTimeoutMs: c.REQUEST_TIMEOUT_MS ?? 780_000,
-    retries: c.PROXY_RETRIES ?? 2,
-    publicLimitPerEndpoint: c.PUBLIC_RATE_LIMIT_PER_ENDPOINT ?? 600,
-    publicLimitPerClient: c.PUBLIC_RATE_LIMIT_PER_CLIENT ?? 60,
-  };
   if (deps.elastic)
     registerElasticRoutes(routes, {
       ...deps.elastic,
@@ -225,7 +265,7 @@ export function createApp(deps: AppDeps): express.Express {
           }
         : {}),
     });
-  if (ep && deps.catalog) {
+  if (ep && deps.catalog && dedicatedDeps) {
     registerEndpointRoutes(routes, {
       catalog: deps.catalog,
       publicUrl: c.PUBLIC_URL,
@@ -235,15 +275,7 @@ export function createApp(deps: AppDeps): express.Express {
       ...(ep.quotas ? { quotas: ep.quotas } : {}),
       ...(ep.accountLock ? { lock: ep.accountLock } : {}),
     });
-    registerDedicatedRoutes(routes, {
-      endpoints: ep.runtime.endpoints,
-      upstream: ep.upstream,
-      dispatcher: ep.dispatcher,
-      usage: ep.usage,
-      limiter: ep.limiter,
-      ...(ep.metrics ? { metrics: ep.metrics } : {}),
-      config: dedicatedConfig,
-    });
+    registerDedicatedRoutes(routes, dedicatedDeps);
   } else {
     api.all(['/endpoints', '/endpoints/*rest', '/d/*rest'], () => {
       throw new ApiError('service_unavailable', {

@@ -132,6 +132,17 @@ export const configSchema = z
       .default(780_000)
       .describe('Wall-clock limit of one proxied call, streaming included (13 minutes)'),
     PROXY_RETRIES: z.coerce.number().int().min(0).max(5).default(2).describe('Retries before the first byte'),
+    ENGINE_LOAD_SAMPLE_MS: z.coerce
+      .number({ error: 'must be a number (milliseconds; 0 turns sampling off)' })
+      .int('must be a whole number')
+      .refine(
+        (v) => v === 0 || (v >= 100 && v <= 60_000),
+        'must be 0 (off) or between 100 and 60000 milliseconds',
+      )
+      .default(250)
+      .describe(
+        "How often each API replica reads the engines' `vllm:num_requests_running` / `waiting` (their /metrics) for leastLoad and prefixAffinity endpoints that had calls recently, so it also counts other API replicas' calls; 0: off (each replica counts only its own)",
+      ),
     PUBLIC_RATE_LIMIT_PER_ENDPOINT: positiveInt('requests per minute')
       .default(600)
       .describe('Requests per minute a Public endpoint accepts from everyone together'),
@@ -253,6 +264,11 @@ export const configSchema = z
     MANAGED_TOOL_MAX_STEPS: positiveInt('model calls')
       .default(16)
       .describe('Model calls one managed tool loop may make before it must answer with the results so far'),
+    OLYMPUS_ROUTE_TIMEOUT_MS: positiveInt('milliseconds')
+      .default(300)
+      .describe(
+        "Budget of Olympus's one embedding call per request (policy routes); over it, or failed, Olympus chooses by objective",
+      ),
     // ── Chronos, scheduled runs (apps/api/src/chronos) ──
     CHRONOS_ENABLED: z
       .enum(['true', 'false'], { error: 'must be true or false' })
@@ -277,14 +293,25 @@ export const configSchema = z
       .default(780_000)
       .describe('Wall clock of one step of a Chronos execution'),
     CHRONOS_CONCURRENCY: positiveInt('executions')
-      .default(8)
+      .default(32)
       .describe('Chronos executions one API replica runs at once'),
     CHRONOS_POLL_SECONDS: z.coerce
       .number({ error: 'must be a number (seconds)' })
       .min(0.5, 'must be at least 0.5')
       .max(60, 'must be at most 60')
-      .default(1)
-      .describe('How often each replica looks for due Chronos jobs: a fire starts at most about this late'),
+      .default(30)
+      .describe(
+        'How often each replica polls the Chronos fire queue and looks ahead for fires due before the next look: a fire starts at its due time (a timer set from the look-ahead), or up to this late when the replica that queued it died or clocks disagree by more than a second',
+      ),
+    CHRONOS_PREWARM_SECONDS: z.coerce
+      .number({ error: 'must be a whole number of seconds (0 turns pre-warm off)' })
+      .int('must be a whole number of seconds (0 turns pre-warm off)')
+      .min(0, 'must be at least 0 (0 turns pre-warm off)')
+      .max(3600, 'must be at most 3600 (an hour)')
+      .default(120)
+      .describe(
+        'How long before a fire Chronos wakes the hibernated platform endpoints its chat steps call, so the first step does not wait for a cold start; 0 turns pre-warm off',
+      ),
     JOBS_MONITOR_INTERVAL_SECONDS: positiveInt('seconds')
       .default(30)
       .describe(

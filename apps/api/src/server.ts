@@ -155,6 +155,8 @@ export async function startApi(
         backends: runtime.backends,
         logger,
         onWoken: epMetrics.woken,
+        engineLoadIntervalMs: config.ENGINE_LOAD_SAMPLE_MS,
+        onEngineSample: (outcome) => metrics.engineLoadSamples.inc({ outcome }),
       });
       if (kind === 'kubernetes')
         logger.info({ namespace: config.BERTH_NAMESPACE }, 'watching dedicated endpoints');
@@ -218,15 +220,18 @@ export async function startApi(
         stepTimeoutMs: config.CHRONOS_STEP_TIMEOUT_MS,
         concurrency: config.CHRONOS_CONCURRENCY,
         pollSeconds: config.CHRONOS_POLL_SECONDS,
+        prewarmSeconds: config.CHRONOS_PREWARM_SECONDS,
       },
       logger,
+      registry: metrics.registry,
+      ...(runtime && upstream ? { platform: { endpoints: runtime.endpoints, upstream } } : {}),
     });
     keys = keyService({
       repo: keyRepository(db.prisma),
       hash: keyHasher(config.KEY_HASH_SECRET),
       bus,
       metrics: {
-        cacheLookup: (result) => metrics.keyCache.inc({ result }),
+        cacheLookup: (result) => metrics.keyCacheCells.add(1, result),
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,

@@ -53,6 +53,41 @@ describe('configuration', () => {
     );
   });
 
+  it('has a Chronos pre-warm lead in whole seconds, 0 to 3600 (0: off)', () => {
+    expect(parseConfig({}).CHRONOS_PREWARM_SECONDS).toBe(120);
+    expect(parseConfig({ CHRONOS_PREWARM_SECONDS: '0' }).CHRONOS_PREWARM_SECONDS).toBe(0);
+    expect(() => parseConfig({ CHRONOS_PREWARM_SECONDS: 'soon' })).toThrow(
+      'CHRONOS_PREWARM_SECONDS: must be a whole number of seconds (0 turns pre-warm off)',
+    );
+    expect(() => parseConfig({ CHRONOS_PREWARM_SECONDS: '-5' })).toThrow(
+      'CHRONOS_PREWARM_SECONDS: must be at least 0 (0 turns pre-warm off)',
+    );
+    expect(() => parseConfig({ CHRONOS_PREWARM_SECONDS: '7200' })).toThrow(
+      'CHRONOS_PREWARM_SECONDS: must be at most 3600 (an hour)',
+    );
+    expect(() => parseConfig({ CHRONOS_PREWARM_SECONDS: '1.5' })).toThrow(
+      'CHRONOS_PREWARM_SECONDS: must be a whole number of seconds (0 turns pre-warm off)',
+    );
+  });
+
+  it('samples engine load every second by default; 0 turns it off; nonsense is refused', () => {
+    expect(parseConfig({}).ENGINE_LOAD_SAMPLE_MS).toBe(250);
+    expect(parseConfig({ ENGINE_LOAD_SAMPLE_MS: '0' }).ENGINE_LOAD_SAMPLE_MS).toBe(0);
+    expect(parseConfig({ ENGINE_LOAD_SAMPLE_MS: '250' }).ENGINE_LOAD_SAMPLE_MS).toBe(250);
+    expect(() => parseConfig({ ENGINE_LOAD_SAMPLE_MS: '10' })).toThrow(
+      'ENGINE_LOAD_SAMPLE_MS: must be 0 (off) or between 100 and 60000 milliseconds (got "10")',
+    );
+    expect(() => parseConfig({ ENGINE_LOAD_SAMPLE_MS: '-1' })).toThrow(
+      'ENGINE_LOAD_SAMPLE_MS: must be 0 (off) or between 100 and 60000 milliseconds (got "-1")',
+    );
+    expect(() => parseConfig({ ENGINE_LOAD_SAMPLE_MS: '1s' })).toThrow(
+      'ENGINE_LOAD_SAMPLE_MS: must be a number (milliseconds; 0 turns sampling off) (got "1s")',
+    );
+    expect(() => parseConfig({ ENGINE_LOAD_SAMPLE_MS: '1.5' })).toThrow(
+      'ENGINE_LOAD_SAMPLE_MS: must be a whole number (got "1.5")',
+    );
+  });
+
   it('reports every problem at once', () => {
     expect(() => parseConfig({ PORT: 'x', MAX_BODY_BYTES: '-1' })).toThrow(/PORT[\s\S]*MAX_BODY_BYTES/);
   });

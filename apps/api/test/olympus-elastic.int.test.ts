@@ -239,6 +239,7 @@ describe('the model Olympus chooses', () => {
         reason: 'fallback',
         objective: 'cost',
         considered: ['big', 'cheap', 'fast'],
+        routing: null,
       });
     } finally {
       cheap.configure({ capacity: null });
@@ -262,6 +263,7 @@ describe('POST /api/olympus/route (dry run)', () => {
       reason: 'best',
       objective: 'quality',
       considered: ['big', 'fast'],
+      routing: null,
     });
     const balance = await fetch(api.url + '/api/billing/balance', { headers: bearer(acct.global) });
     expect((await balance.json()).balance).toBe('5.000000');

@@ -34,6 +34,8 @@ describe('Olympus policy', () => {
       allowed_models: [],
       objective: 'cost',
       routes: [],
+      route_threshold: 0.5,
+      embedding_model: null,
       updated_at: null,
     });
     const r = await put(a.global, policy);
@@ -44,6 +46,9 @@ describe('Olympus policy', () => {
     expect((await get(b.global)).objective).toBe('cost');
     const replaced = await (await put(a.global, { objective: 'latency' })).json();
     expect(replaced).toMatchObject({ allowed_models: [], objective: 'latency', routes: [] });
+    const tuned = await (await put(a.global, { ...policy, route_threshold: 0.8 })).json();
+    expect(tuned).toMatchObject({ route_threshold: 0.8, embedding_model: null });
+    expect(await get(a.inference)).toEqual(tuned);
   });
 
   it('invalid bodies: 400 in the dual shape naming the field; nothing stored', async () => {
@@ -68,6 +73,21 @@ describe('Olympus policy', () => {
         { routes: [policy.routes[0], policy.routes[0]] },
         'Invalid request body: routes: must have distinct names',
         'routes',
+      ],
+      [
+        { route_threshold: -0.1 },
+        'Invalid request body: route_threshold: must be a number from 0 to 1',
+        'route_threshold',
+      ],
+      [
+        { allowed_models: ['llama-3.1-8b-instruct'], routes: policy.routes },
+        'Invalid request body: routes.0.model: must be one of allowed_models',
+        'routes.0.model',
+      ],
+      [
+        { embedding_model: 'no-such-model' },
+        'Invalid request body: embedding_model: must be an embedding model of the catalog',
+        'embedding_model',
       ],
       [{ extra: true }, 'Invalid request body: Unrecognized key: "extra"', null],
     ];

@@ -164,6 +164,18 @@ describe('the port', () => {
   }, 60_000);
 });
 
+describe('configuration', () => {
+  it('a bad CHRONOS_PREWARM_SECONDS: exit 78 naming the variable and what to set, nothing created', () => {
+    const dataDir = path.join(tempDir(), 'data');
+    const r = runMain({ BERTH_DATA_DIR: dataDir, PORT: '0', CHRONOS_PREWARM_SECONDS: 'two minutes' });
+    expect(r.status).toBe(78);
+    expect(r.stderr).toContain(
+      'CHRONOS_PREWARM_SECONDS: must be a whole number of seconds (0 turns pre-warm off)',
+    );
+    expect(existsSync(dataDir)).toBe(false);
+  }, 60_000);
+});
+
 describe('HOST', () => {
   const c = (env: Record<string, string>) => parseConfig(env);
   it('defaults to 127.0.0.1 in local mode and 0.0.0.0 in a pod or with a cluster configured', () => {

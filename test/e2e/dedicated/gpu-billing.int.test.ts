@@ -101,13 +101,14 @@ beforeAll(async () => {
   db = await createTestDatabase('gpu-billing');
 }, 180_000);
 
+async function stopChildren() {
+  const running = children.splice(0).filter((c) => c.exitCode === null && c.signalCode === null);
+  for (const c of running) c.kill('SIGTERM');
+  await Promise.all(running.map((c) => new Promise((r) => c.once('exit', r))));
+}
+
 afterAll(async () => {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGTERM');
-  await Promise.all(
-    children.map((c) =>
-      c.exitCode === null && c.signalCode === null ? new Promise((r) => c.once('exit', r)) : null,
-    ),
-  );
+  await stopChildren();
   // Whatever a failed test left: without an API, the billing finalizer would hold it.
   const left = await kubectlJson<{ items: { metadata: { name: string } }[] }>([
     'get',
@@ -294,6 +295,8 @@ describe('dedicated GPU time, metered from the cluster and invoiced weekly', () 
   }, 300_000);
 
   it('two API replicas: one meters; killed, the other takes over; a kubectl-applied endpoint gets the finalizer and is closed at its deletion', async () => {
+    // An API the previous test left running (it failed before stopping it) would hold the lease.
+    await stopChildren();
     const T = Date.parse('2026-12-08T10:00:00Z');
     const replicas = [
       await spawnClockedApi({ TEST_CLOCK_FROZEN: String(T) }),

@@ -307,7 +307,8 @@ export async function runSteps(
         startedAt: startedAt.toISOString(),
         endedAt: new Date().toISOString(),
       });
-      await save(results, cost);
+      // The last step's results are written when the execution ends (one write fewer per run).
+      if (outcome.ok && index < steps.length - 1) await save(results, cost);
       if (!outcome.ok) {
         failure = `Step ${index} (${step.type}) failed: ${outcome.error}`;
         break;

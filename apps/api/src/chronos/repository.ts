@@ -58,14 +58,22 @@ export interface TxSql {
 }
 export type Enqueue = (db: TxSql) => Promise<void>;
 
-export type FireOutcome =
-  { kind: 'stale' } | { kind: 'fired'; run: RunRecord; executionId: string | null; next: Date | null };
+export interface Fired {
+  run: RunRecord;
+  /** The occurrence that fired. */
+  at: Date;
+  /** The execution recorded (null: none planned, or this occurrence already had one). */
+  executionId: string | null;
+  next: Date | null;
+}
 
 export interface ChronosRepository {
   create(run: Omit<RunRecord, 'createdAt' | 'updatedAt'>, enqueue: Enqueue): Promise<RunRecord>;
   get(accountId: string, id: string): Promise<RunRecord | null>;
+  /** Any account's run (job handlers, which have only its id). */
+  find(id: string): Promise<RunRecord | null>;
   list(accountId: string): Promise<RunRecord[]>;
-  /** Null when the account has no such run. `enqueue` runs when `nextFireAt` is in the patch. */
+  /** Null when the account has no such run. `enqueue` runs in the update's transaction. */
   update(
     accountId: string,
     id: string,
@@ -74,16 +82,15 @@ export interface ChronosRepository {
   ): Promise<RunRecord | null>;
   delete(accountId: string, id: string): Promise<RunRecord | null>;
   /**
-   * The occurrence `at` of run `runId`, once: nothing when the run is gone or its next fire is no
-   * longer `at` (changed since); else records the execution (unless `plan` says not to), moves the
-   * run to its next fire and lets `enqueue` queue both jobs, all in one transaction.
+   * Occurrences of runs, each once, in one transaction: those whose run is gone or whose next fire
+   * is no longer `at` (changed since) are left out; for the others it records the execution (unless
+   * `plan` says not to), moves the run to its next fire and lets `enqueue` queue the jobs.
    */
-  fire(
-    runId: string,
-    at: Date,
-    plan: (run: RunRecord) => { next: Date | null; executionId: string | null },
-    enqueue: (db: TxSql, fired: { executionId: string | null; next: Date | null }) => Promise<void>,
-  ): Promise<FireOutcome>;
+  fireMany(
+    fires: readonly { runId: string; at: Date }[],
+    plan: (run: RunRecord, at: Date) => { next: Date | null; executionId: string | null },
+    enqueue: (db: TxSql, fired: readonly Fired[]) => Promise<void>,
+  ): Promise<Fired[]>;
   /** A manual trigger's execution, queued in the same transaction. */
   queueManual(run: RunRecord, executionId: string, enqueue: Enqueue): Promise<ExecutionRecord>;
   /**
@@ -129,6 +136,31 @@ function txSql(tx: Prisma.TransactionClient): TxSql {
 
 const json = (v: unknown) => v as Prisma.InputJsonValue;
 
+interface RawRun {
+  id: string;
+  account_id: string;
+  name: string;
+  schedule: string;
+  timezone: string;
+  steps: unknown;
+  key_id: string;
+  next_fire_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+const runOfRaw = (r: RawRun): RunRecord => ({
+  id: r.id,
+  accountId: r.account_id,
+  name: r.name,
+  schedule: r.schedule,
+  timezone: r.timezone,
+  steps: r.steps as Step[],
+  keyId: r.key_id,
+  nextFireAt: r.next_fire_at,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
 export function chronosRepository(prisma: PrismaClient): ChronosRepository {
   return {
     async create(run, enqueue) {
@@ -140,6 +172,10 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
     },
     async get(accountId, id) {
       const row = await prisma.chronosRun.findFirst({ where: { id, accountId } });
+      return row ? runOf(row) : null;
+    },
+    async find(id) {
+      const row = await prisma.chronosRun.findUnique({ where: { id } });
       return row ? runOf(row) : null;
     },
     async list(accountId) {
@@ -159,7 +195,7 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
           where: { id },
           data: { ...rest, ...(steps ? { steps: json(steps) } : {}), updatedAt: new Date() },
         });
-        if (enqueue && 'nextFireAt' in patch) await enqueue(txSql(tx));
+        if (enqueue) await enqueue(txSql(tx));
         return runOf(row);
       });
     },
@@ -169,26 +205,56 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
       const { count } = await prisma.chronosRun.deleteMany({ where: { id, accountId } });
       return count ? runOf(row) : null;
     },
-    async fire(runId, at, plan, enqueue) {
+    async fireMany(fires, plan, enqueue) {
+      if (!fires.length) return [];
       return prisma.$transaction(async (tx) => {
-        // Row lock: a concurrent PATCH (which moves next_fire_at) and this fire serialize.
-        const rows = await tx.$queryRaw<{ id: string }[]>`
-          SELECT id FROM chronos_runs WHERE id = ${runId} AND next_fire_at = ${at} FOR UPDATE`;
-        if (!rows.length) return { kind: 'stale' as const };
-        const run = runOf((await tx.chronosRun.findUnique({ where: { id: runId } }))!);
-        const { next, executionId } = plan(run);
-        let recorded: string | null = null;
-        if (executionId) {
-          // The unique (run_id, scheduled_for) makes a second delivery of this fire a no-op.
-          const inserted = await tx.$executeRaw`
+        // Row locks, in id order: a concurrent PATCH (which moves next_fire_at) and these fires
+        // serialize. A batch costs five statements whatever its size (1,000 fires may be due at once).
+        const rows = await tx.$queryRaw<RawRun[]>`
+          SELECT r.id, r.account_id, r.name, r.schedule, r.timezone, r.steps, r.key_id, r.next_fire_at,
+                 r.created_at, r.updated_at
+            FROM chronos_runs r
+            JOIN unnest(${fires.map((f) => f.runId)}::text[], ${fires.map((f) => f.at.toISOString())}::timestamptz[])
+                 AS f(id, at) ON r.id = f.id AND r.next_fire_at = f.at
+           ORDER BY r.id
+             FOR UPDATE OF r`;
+        if (!rows.length) return [];
+        const planned = rows.map((row) => {
+          const run = runOfRaw(row);
+          const at = row.next_fire_at!;
+          return { run, at, ...plan(run, at) };
+        });
+        const executions = planned.filter((p) => p.executionId);
+        // The unique (run_id, scheduled_for) makes a second delivery of a fire record nothing.
+        const recorded = new Set<string>();
+        if (executions.length) {
+          const inserted = await tx.$queryRaw<{ id: string }[]>`
             INSERT INTO chronos_executions (id, run_id, account_id, trigger, scheduled_for, steps)
-            VALUES (${executionId}, ${run.id}, ${run.accountId}, 'schedule', ${at}, ${JSON.stringify(run.steps)}::jsonb)
-            ON CONFLICT (run_id, scheduled_for) DO NOTHING`;
-          recorded = inserted ? executionId : null;
+            SELECT e.id, e.run_id, e.account_id, 'schedule', e.at, e.steps
+              FROM unnest(
+                ${executions.map((p) => p.executionId!)}::text[],
+                ${executions.map((p) => p.run.id)}::text[],
+                ${executions.map((p) => p.run.accountId)}::text[],
+                ${executions.map((p) => p.at.toISOString())}::timestamptz[],
+                ${executions.map((p) => JSON.stringify(p.run.steps))}::jsonb[]
+              ) AS e(id, run_id, account_id, at, steps)
+            ON CONFLICT (run_id, scheduled_for) DO NOTHING
+            RETURNING id`;
+          for (const r of inserted) recorded.add(r.id);
         }
-        await tx.chronosRun.update({ where: { id: runId }, data: { nextFireAt: next } });
-        await enqueue(txSql(tx), { executionId: recorded, next });
-        return { kind: 'fired' as const, run, executionId: recorded, next };
+        await tx.$executeRaw`
+          UPDATE chronos_runs r SET next_fire_at = v.next
+            FROM unnest(${planned.map((p) => p.run.id)}::text[], ${planned.map((p) => p.next?.toISOString() ?? null)}::timestamptz[])
+                 AS v(id, next)
+           WHERE r.id = v.id`;
+        const fired: Fired[] = planned.map((p) => ({
+          run: p.run,
+          at: p.at,
+          executionId: p.executionId && recorded.has(p.executionId) ? p.executionId : null,
+          next: p.next,
+        }));
+        await enqueue(txSql(tx), fired);
+        return fired;
       });
     },
     async queueManual(run, executionId, enqueue) {
@@ -207,13 +273,17 @@ export function chronosRepository(prisma: PrismaClient): ChronosRepository {
       });
     },
     async claim(id, worker) {
-      const rows = await prisma.$queryRaw<{ id: string }[]>`
-        UPDATE chronos_executions
-           SET status = 'running', started_at = now(), attempts = attempts + 1, worker = ${worker}
-         WHERE id = ${id} AND status = 'queued'
-        RETURNING id`;
+      // One round trip when claimed (the common case): the update returns the row.
+      try {
+        const row = await prisma.chronosExecution.update({
+          where: { id, status: 'queued' },
+          data: { status: 'running', startedAt: new Date(), attempts: { increment: 1 }, worker },
+        });
+        return { claimed: true, execution: executionOf(row) };
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'P2025') throw err;
+      }
       const row = await prisma.chronosExecution.findUnique({ where: { id } });
-      if (rows.length && row) return { claimed: true, execution: executionOf(row) };
       return { claimed: false, execution: row ? executionOf(row) : null };
     },
     async progress(id, attempt, results, cost) {

@@ -52,6 +52,8 @@ export interface ModelCall {
   signal: AbortSignal;
   /** Name the answering catalog model in the body's `model` (Olympus: the engine names its own). */
   renameModel?: boolean;
+  /** Not charged to the account (Olympus's own embedding calls): no reservation, no usage row. */
+  unbilled?: true;
 }
 
 /** What Olympus ranks a catalog model by, as this API replica sees it now. */
@@ -72,6 +74,17 @@ export interface ElasticCaller {
    * fallbacks and settlement as call(); the body and the catalog model that answered.
    */
   complete(c: ModelCall): Promise<{ model: CatalogModel; body: Record<string, unknown> }>;
+  /**
+   * Olympus's embedding call: `inputs` embedded by the catalog embedding model `model` through the
+   * same backends, fallbacks and cool-downs as /api/embeddings, not charged. One vector per input,
+   * in order; throws (an ApiError, or the signal's reason) when no backend answered.
+   */
+  embed(e: {
+    model: CatalogModel;
+    inputs: string[];
+    requestId: string;
+    signal: AbortSignal;
+  }): Promise<number[][]>;
   state(m: CatalogModel): ModelState;
   /** The clock of coolingUntil. */
   now(): number;
@@ -83,6 +96,31 @@ function maxTokens(body: Record<string, unknown>): number | undefined {
     if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
   }
   return undefined;
+}
+
+/** An EmbeddingResponse's vectors in input order; an answer of another shape is the engine's fault. */
+function vectorsOf(body: Record<string, unknown>, count: number): number[][] {
+  const data = body.data;
+  const out: (number[] | undefined)[] = Array.from({ length: count }, () => undefined);
+  if (Array.isArray(data) && data.length === count)
+    for (const d of data as { index?: unknown; embedding?: unknown }[]) {
+      const v = d?.embedding;
+      if (
+        typeof d?.index !== 'number' ||
+        !Number.isInteger(d.index) ||
+        d.index < 0 ||
+        d.index >= count ||
+        !Array.isArray(v) ||
+        !v.every((x) => typeof x === 'number')
+      )
+        break;
+      out[d.index] = v as number[];
+    }
+  if (out.some((v) => v === undefined))
+    throw new ApiError('engine_unreachable', {
+      message: 'The embedding model answered something other than one float vector per input',
+    });
+  return out as number[][];
 }
 
 /** The requested model, then its fallbacks depth-first, each once. */
@@ -163,7 +201,9 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
       maxTokens: c.kinds.includes('embedding') ? 0 : maxTokens(c.body),
       ...(c.model.contextLength ? { contextLength: c.model.contextLength } : {}),
     });
-    const reservation = await deps.wallet.reserve({ accountId: c.accountId, amount: bound, free: true });
+    const reservation = c.unbilled
+      ? { ok: true as const, hold: { settle: () => 0n, release() {} } }
+      : await deps.wallet.reserve({ accountId: c.accountId, amount: bound, free: true });
     if (!reservation.ok) throw new ApiError('insufficient_balance');
     const hold = reservation.hold;
     let settled = false;
@@ -268,6 +308,28 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
         },
       );
       if (!out) throw new ClientGone();
+      return out;
+    },
+    async embed(e) {
+      const out = await run(
+        {
+          model: e.model,
+          kinds: ['embedding'],
+          path: '/embeddings',
+          body: { input: e.inputs, encoding_format: 'float' },
+          requestBytes: 0,
+          accountId: '',
+          keyId: '',
+          requestId: e.requestId,
+          signal: e.signal,
+          unbilled: true,
+        },
+        () => false,
+        async (_m, req, retries) => ({
+          value: vectorsOf(await forwardJson(req, { dispatcher: deps.dispatcher, retries }), e.inputs.length),
+        }),
+      );
+      if (!out) throw e.signal.reason ?? new ClientGone();
       return out;
     },
     state(m) {

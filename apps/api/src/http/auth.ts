@@ -57,12 +57,29 @@ export function requireKey(
   scopes: readonly Scope[],
   options: { public?: PublicAccess; session?: SessionMode } = {},
 ): RequestHandler {
-  const needed = scopes.map((s) => `"${s}"`).join(' or ');
+  const authenticate = keyAuthenticator(keys, scopes, options);
   return async (req, res, next) => {
+    await authenticate(req, res);
+    next();
+  };
+}
+
+/**
+ * requireKey() without the middleware around it: admits the request (the caller in
+ * `res.locals.caller`, see callerOf) or throws its ApiError. The dedicated proxy's fast path
+ * (routes/dedicated.ts) calls it directly.
+ */
+export function keyAuthenticator(
+  keys: KeyService,
+  scopes: readonly Scope[],
+  options: { public?: PublicAccess; session?: SessionMode } = {},
+): (req: Request, res: Response) => Promise<void> {
+  const needed = scopes.map((s) => `"${s}"`).join(' or ');
+  return async (req, res) => {
     const open = options.public?.(req, res);
     if (open) {
       res.locals.caller = { accountId: (await open).accountId } satisfies Caller;
-      return next();
+      return;
     }
     const token = bearerToken(req);
     if (!token) {
@@ -71,7 +88,7 @@ export function requireKey(
       if (changesState(req) && !csrfValid(req)) throw new ApiError('csrf_failed');
       res.locals.caller = await sessionCaller(keys, accountId, options.session, res);
       res.locals.principal = (res.locals.caller as KeyCaller).principal;
-      return next();
+      return;
     }
     const result = await keys.verify(token);
     if (!result.ok) throw new ApiError(result.code);
@@ -89,7 +106,6 @@ export function requireKey(
       principal,
       signal: tracked.signal,
     } satisfies Caller;
-    next();
   };
 }
 

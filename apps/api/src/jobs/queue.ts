@@ -46,9 +46,13 @@ export async function startJobQueue(
     monitorIntervalSeconds?: number;
   } = {},
 ): Promise<JobQueue> {
+  // Idle database traffic: every pg-boss loop is a transaction per beat on each replica. Schedules
+  // here are hourly or weekly, so the cron worker checks every 30 s (pg-boss: 5); flows (job
+  // dependencies) are not used, so their loop runs every 5 minutes (pg-boss: 5 s).
   const common = {
     schema: JOBS_SCHEMA,
-    ...(options.cronIntervalSeconds ? { cronWorkerIntervalSeconds: options.cronIntervalSeconds } : {}),
+    cronWorkerIntervalSeconds: options.cronIntervalSeconds ?? 30,
+    flowIntervalSeconds: 300,
     ...(options.monitorIntervalSeconds
       ? {
           monitorIntervalSeconds: options.monitorIntervalSeconds,
@@ -71,9 +75,13 @@ export async function startJobQueue(
   await boss.start();
 
   const created = new Set<string>();
+  // On PostgreSQL a job sent to a queue (by send() or a schedule) wakes its workers at once
+  // (LISTEN/NOTIFY), so they poll only every 30 s as a backstop instead of every 2 s.
+  const notify = db.kind === 'postgres';
   const queue = async (name: string) => {
     if (created.has(name)) return;
-    await boss.createQueue(name);
+    await boss.createQueue(name, { notify });
+    if (notify) await boss.updateQueue(name, { notify }); // a queue created by an older version
     created.add(name);
   };
   const working = new Set<string>();

@@ -8,6 +8,7 @@ import { ApiError } from '../errors.ts';
 import type { OlympusRepository } from '../repositories/olympus.ts';
 import type { ToolRepository } from '../repositories/tools.ts';
 import type { ToolCaller } from '../tools/access.ts';
+import { promptOf, type RouteMatch, type RouteMatcher } from './routing.ts';
 import {
   pickModel,
   requireOlympus,
@@ -20,8 +21,10 @@ import {
 export interface OlympusDeps {
   tools: Pick<ToolRepository, 'lookup'>;
   policies: Pick<OlympusRepository, 'get'>;
-  catalog: Pick<ElasticCatalog, 'list'>;
+  catalog: Pick<ElasticCatalog, 'list' | 'get'>;
   live: Pick<ElasticCaller, 'state' | 'now'>;
+  /** The policy's embedding routes (absent: routes are not matched). */
+  routes?: RouteMatcher;
 }
 
 export interface OlympusAsk {
@@ -32,6 +35,9 @@ export interface OlympusAsk {
   requestBytes: number;
   /** The request asks for tools (function or managed): only models that take `tools`. */
   tools: boolean;
+  /** For the route embedding call: the request's id and signal. */
+  requestId: string;
+  signal: AbortSignal;
 }
 
 export interface OlympusChoice {
@@ -42,6 +48,8 @@ export interface OlympusChoice {
   considered: string[];
   /** The next choices in order, not cooling down: tried when the chosen one is over capacity. */
   alternatives: string[];
+  /** How the policy's routes were matched (absent: the policy has none). */
+  routing?: RouteMatch;
 }
 
 /** The Elastic caller tries at most 8 models per call: the choice and 7 more. */
@@ -93,8 +101,20 @@ export async function chooseModel(
       };
     });
   const rules = { allowedModels: policy.allowedModels, objective: policy.objective };
+  // The prompt's meaning: at most one embedding call, within its budget; never fails the call.
+  const routing =
+    policy.routes.length && deps.routes
+      ? await deps.routes.match(caller.accountId, policy, promptOf(ask.body), {
+          requestId: ask.requestId,
+          signal: ask.signal,
+        })
+      : undefined;
+  const route =
+    routing?.outcome === 'matched' && routing.nearest
+      ? { name: routing.nearest.name, model: routing.nearest.model }
+      : undefined;
   const now = deps.live.now();
-  const choice = pickModel(needs, rules, candidates, now);
+  const choice = pickModel(needs, rules, candidates, now, route);
   if (!choice.ok) {
     if (choice.why === 'all_cooling')
       throw new ApiError('rate_limited', {
@@ -129,6 +149,7 @@ export async function chooseModel(
     objective: policy.objective,
     considered,
     alternatives,
+    ...(routing ? { routing } : {}),
   };
 }
 

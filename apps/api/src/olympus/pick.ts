@@ -2,7 +2,7 @@
 // of what the request needs, the account's policy, and each candidate's prices and current
 // availability, so it is table-tested and costs microseconds (the benchmark measures it). The
 // Elastic routes feed it their catalog and backends' state; the embedding route match (optional)
-// is computed before, with one call to a catalog embedding model (matchRoute below).
+// is computed before, with one call to a catalog embedding model (./routing.ts).
 import { ApiError } from '../errors.ts';
 import { toolAccess, type ToolCaller } from '../tools/access.ts';
 import type { ToolRepository } from '../repositories/tools.ts';
@@ -110,12 +110,13 @@ export function pickModel(
   return {
     ok: true,
     model: chosen.name,
-    reason: chosen === ranked[0] ? OBJECTIVE_REASON[policy.objective] : 'fallback',
+    // A route that matched but whose model could not take the call makes any choice a fallback.
+    reason: chosen === ranked[0] && !route ? OBJECTIVE_REASON[policy.objective] : 'fallback',
   };
 }
 
 /** Cosine similarity of unit-free vectors (0 when either is zero). */
-export function cosine(a: readonly number[], b: readonly number[]): number {
+export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let dot = 0;
   let na = 0;
   let nb = 0;

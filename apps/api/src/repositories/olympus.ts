@@ -12,13 +12,22 @@ export interface OlympusPolicyRecord {
   allowedModels: string[];
   objective: Objective;
   routes: OlympusRoute[];
+  /** Cosine similarity a prompt needs to a route's example to take that route. */
+  routeThreshold: number;
+  /** The catalog embedding model routes are matched with; null: the cheapest in the catalog. */
+  embeddingModel: string | null;
   updatedAt: Date | null;
 }
+
+/** The documented default of `route_threshold`. */
+export const DEFAULT_ROUTE_THRESHOLD = 0.5;
 
 export const DEFAULT_POLICY: OlympusPolicyRecord = {
   allowedModels: [],
   objective: 'cost',
   routes: [],
+  routeThreshold: DEFAULT_ROUTE_THRESHOLD,
+  embeddingModel: null,
   updatedAt: null,
 };
 
@@ -28,10 +37,19 @@ export interface OlympusRepository {
 }
 
 export function olympusRepository(prisma: PrismaClient): OlympusRepository {
-  const view = (row: { allowedModels: string[]; objective: string; routes: unknown; updatedAt: Date }) => ({
+  const view = (row: {
+    allowedModels: string[];
+    objective: string;
+    routes: unknown;
+    routeThreshold: number;
+    embeddingModel: string | null;
+    updatedAt: Date;
+  }): OlympusPolicyRecord => ({
     allowedModels: row.allowedModels,
     objective: row.objective as Objective,
     routes: row.routes as OlympusRoute[],
+    routeThreshold: row.routeThreshold,
+    embeddingModel: row.embeddingModel,
     updatedAt: row.updatedAt,
   });
   return {

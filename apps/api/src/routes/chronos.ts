@@ -240,7 +240,7 @@ export function registerChronosRoutes(routes: Routes, deps: ChronosRouteDeps): v
         });
       const run = await repo.create(
         { id, accountId: caller.accountId, keyId: caller.principal.keyId, nextFireAt, ...b },
-        (db) => chronos.enqueueFire(db, id, nextFireAt),
+        (db) => chronos.enqueueFire(db, id, nextFireAt, b.steps),
       );
       res.status(201).json(viewRun(run, now));
     },
@@ -322,7 +322,13 @@ export function registerChronosRoutes(routes: Routes, deps: ChronosRouteDeps): v
           ...(b.steps !== undefined ? { steps: b.steps } : {}),
           ...(moved ? { nextFireAt: nextFireAt! } : {}),
         },
-        (db) => chronos.enqueueFire(db, current.id, nextFireAt ?? null),
+        // A new schedule: a new pending fire (and its pre-warm). New steps only: their pre-warm for the
+        // pending fire (the endpoints they call may differ).
+        moved
+          ? (db) => chronos.enqueueFire(db, current.id, nextFireAt!, b.steps ?? current.steps)
+          : b.steps && current.nextFireAt
+            ? (db) => chronos.enqueuePrewarm(db, current.id, current.nextFireAt!, b.steps!)
+            : undefined,
       );
       if (!run) throw notFound(params.id);
       res.json(viewRun(run, now));

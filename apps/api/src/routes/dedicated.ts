@@ -1,11 +1,14 @@
 // /api/d/{endpoint-id}/… : the OpenAI-compatible proxy to a dedicated endpoint.
-import type { Request, Response } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
 import type { Dispatcher } from 'undici';
 import { isEndpointId, type DedicatedEndpoint } from '@berth/crds';
-import { ApiError, errorFrame } from '../errors.ts';
-import type { Caller, PublicAccess } from '../http/auth.ts';
+import { ApiError, errorFrame, familyOf } from '../errors.ts';
+import { callerOf, keyAuthenticator, type Caller, type PublicAccess } from '../http/auth.ts';
+import { jsonBodyReader } from '../http/middleware.ts';
+import { SESSION_COOKIE } from '../auth/session.ts';
+import type { KeyService } from '../keys/service.ts';
 import type { Routes } from '../http/routes.ts';
-import { jsonObjectBody } from '../http/validate.ts';
+import { checkJson, jsonObjectBody, parse } from '../http/validate.ts';
 import { openaiError } from '../openapi.ts';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import { forward } from '../proxy/forward.ts';
@@ -15,7 +18,7 @@ import type { RateLimiter } from '../proxy/ratelimit.ts';
 import { callScope, ClientGone, seconds } from '../proxy/scope.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
 import { affinityKey } from '../upstream/affinity.ts';
-import type { Refusal, Upstream } from '../upstream/types.ts';
+import type { Acquired, Lease, Refusal, Upstream } from '../upstream/types.ts';
 
 export interface DedicatedDeps {
   endpoints: EndpointCache;
@@ -163,8 +166,29 @@ const ROUTES = [
   },
 ] as const;
 
+const AUTH_SCOPES = ['inference', 'global'] as const;
+
+/** The route's own work once the caller is admitted and the body read (both paths run this). */
+function serve(
+  deps: DedicatedDeps,
+  req: Request,
+  res: Response,
+  caller: Caller,
+  method: 'get' | 'post',
+  upstreamPath: string,
+  body: () => unknown,
+): Promise<void> {
+  const endpoint = endpointOf(req, deps.endpoints);
+  if (caller.principal && caller.accountId !== endpoint.spec.account)
+    throw new ApiError('endpoint_access_denied');
+  const metrics = deps.metrics;
+  if (metrics) res.once('close', () => metrics.proxied(endpoint.metadata.name, res.statusCode));
+  const payload = body() as Record<string, unknown> | undefined;
+  return callDedicated(deps, endpoint, { req, res, caller, method, upstreamPath, payload });
+}
+
 export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): void {
-  const auth = { scopes: ['inference', 'global'], public: publicAccess(deps), session: 'inference' } as const;
+  const auth = { scopes: AUTH_SCOPES, public: publicAccess(deps), session: 'inference' } as const;
   for (const { method, path, upstreamPath, summary } of ROUTES) {
     routes.add(
       {
@@ -194,16 +218,66 @@ export function registerDedicatedRoutes(routes: Routes, deps: DedicatedDeps): vo
           503: { description: 'Building, or still waking after the hold', schema: openaiError },
         },
       },
-      async ({ req, res, caller, body }) => {
-        const endpoint = endpointOf(req, deps.endpoints);
-        if (caller.principal && caller.accountId !== endpoint.spec.account)
-          throw new ApiError('endpoint_access_denied');
-        const metrics = deps.metrics;
-        if (metrics) res.once('close', () => metrics.proxied(endpoint.metadata.name, res.statusCode));
-        const payload = body() as Record<string, unknown> | undefined;
-        return callDedicated(deps, endpoint, { req, res, caller, method, upstreamPath, payload });
-      },
+      ({ req, res, caller, body }) => serve(deps, req, res, caller, method, upstreamPath, body),
     );
+  }
+}
+
+// `/api/d/<id>/<route>` as the fast path takes it: an id of plain characters (nothing to decode),
+// the route's exact spelling, no trailing slash; a query string is allowed (ignored, as by Express).
+const FAST_PATH = /^\/api\/d\/([\w.~-]+)\/(chat\/completions|completions|models)(?:\?|$)/;
+const SESSION_MARKER = `${SESSION_COOKIE}=`;
+
+/**
+ * The dedicated proxy's routes without the Express router: an application-level middleware, placed
+ * before every router, that takes the common request to `/api/d/<id>/…` and does exactly what the
+ * registered route does, in the same order — the caller admitted (keyAuthenticator: Public endpoints'
+ * rate limits, key, scope, revocation), the body read (jsonBodyReader: body-parser's rules), the
+ * route's checks and the call (serve) — with errors going to the same error handler. It saves the
+ * router's walk through every `/api` route registered before these (path-to-regexp matching of the
+ * Elastic, tools, billing, Olympus… routes) and body-parser's per-request work. Anything else — other
+ * methods (405, HEAD, OPTIONS), another spelling of the path (case, trailing slash, percent-encoding),
+ * a dashboard session's cookie without a Bearer key — goes on to the registered routes unchanged.
+ */
+export function dedicatedFastPath(
+  deps: DedicatedDeps,
+  keys: KeyService,
+  maxBodyBytes: number,
+): RequestHandler {
+  const authenticate = keyAuthenticator(keys, AUTH_SCOPES, {
+    public: publicAccess(deps),
+    session: 'inference',
+  });
+  const readBody = jsonBodyReader(maxBodyBytes);
+  const routes = new Map(
+    ROUTES.map((r) => [
+      r.upstreamPath.slice(1),
+      { ...r, method: r.method.toUpperCase(), label: r.path.replace('{id}', ':id') },
+    ]),
+  );
+  return (req, res, next) => {
+    const url = req.url;
+    if (!url.startsWith('/api/d/')) return next();
+    const m = FAST_PATH.exec(url);
+    const route = m && routes.get(m[2]!);
+    if (!route || req.method !== route.method) return next();
+    // A dashboard session is read by the /api router's session middleware: leave it to that path.
+    if (req.headers.authorization === undefined && req.headers.cookie?.includes(SESSION_MARKER))
+      return next();
+    res.locals.route = route.label;
+    req.params = { id: m![1]! };
+    return handleFast(req, res, route.method === 'POST' ? 'post' : 'get', route.upstreamPath);
+  };
+
+  async function handleFast(req: Request, res: Response, method: 'get' | 'post', upstreamPath: string) {
+    await authenticate(req, res);
+    const reading = readBody(req, res);
+    if (reading) await reading;
+    // The registered route's body(): checked, then (POST) the schema's 400 (serve() asks once).
+    await serve(deps, req, res, callerOf(res), method, upstreamPath, () => {
+      checkJson(req.body, 'request body', { text: familyOf(req.originalUrl) === 'simple' });
+      return method === 'post' ? parse(jsonObjectBody, req.body) : undefined;
+    });
   }
 }
 
@@ -230,29 +304,36 @@ export async function callDedicated(
   const payload = call.payload && servedModelBody(endpoint, call.payload);
 
   const scope = callScope(res, caller.signal, deps.config.requestTimeoutMs);
-  let release = () => {};
+  let lease: Lease | undefined;
   try {
     const hold = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
-    const phase = () => deps.endpoints.get(id)?.status?.phase ?? 'waking';
-    const sleeping = ['hibernated', 'waking'].includes(phase());
-    // A streaming request held while the endpoint wakes gets its headers at once and SSE comments
-    // (`: waking …`) so proxies keep the connection and the user sees progress.
-    const stopBeats =
-      hold > 0 && sleeping && payload?.stream === true
-        ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
-        : () => {};
-    const unhold = sleeping && hold > 0 && metrics ? metrics.held(id) : () => {};
-    const acquired = await deps.upstream
-      .acquire(endpoint, { hold, signal: scope.signal, key: affinityKey(payload) })
-      .finally(() => (stopBeats(), unhold()));
+    const now = deps.endpoints.get(id)?.status?.phase ?? 'waking';
+    const options = { hold, signal: scope.signal, key: affinityKey(payload) };
+    let acquired: Acquired;
+    if (now === 'hibernated' || now === 'waking') {
+      const phase = () => deps.endpoints.get(id)?.status?.phase ?? 'waking';
+      // A streaming request held while the endpoint wakes gets its headers at once and SSE comments
+      // (`: waking …`) so proxies keep the connection and the user sees progress.
+      const stopBeats =
+        hold > 0 && payload?.stream === true
+          ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
+          : undefined;
+      const unhold = hold > 0 && metrics ? metrics.held(id) : undefined;
+      try {
+        acquired = await deps.upstream.acquire(endpoint, options);
+      } finally {
+        stopBeats?.();
+        unhold?.();
+      }
+    } else acquired = await deps.upstream.acquire(endpoint, options);
     if (!acquired.ok) {
       if (acquired.reason === 'aborted') throw scope.signal.reason;
       throw refusalError(id, acquired, deps.config.wakeHoldMs);
     }
-    release = () => acquired.lease.release();
+    lease = acquired.lease;
     const usage = await forward(
       {
-        upstream: acquired.lease,
+        upstream: lease,
         method: method === 'post' ? 'POST' : 'GET',
         path: upstreamPath,
         body: payload,
@@ -275,6 +356,6 @@ export async function callDedicated(
     throw err;
   } finally {
     scope.end();
-    release();
+    lease?.release();
   }
 }

@@ -162,6 +162,8 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
               body: payload,
               requestBytes,
               tools: Array.isArray(payload.tools) && payload.tools.length > 0,
+              requestId: String(res.locals.requestId),
+              signal: caller.signal,
             },
           );
           // Over capacity, the call moves on to the model's own fallbacks, then Olympus's next choices.

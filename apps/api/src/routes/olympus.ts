@@ -6,6 +6,9 @@ import type { OlympusPolicyRecord, OlympusRepository } from '../repositories/oly
 import { chooseModel, type OlympusDeps } from '../olympus/choose.ts';
 import { OLYMPUS_HEADER } from '../olympus/pick.ts';
 import type { ModelKind } from '../elastic/entry.ts';
+import { ApiError } from '../errors.ts';
+import { DEFAULT_ROUTE_THRESHOLD } from '../repositories/olympus.ts';
+import { ROUTE_OUTCOMES, type RouteOutcome } from '../olympus/routing.ts';
 
 const modelName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/, 'must be a catalog model name');
 
@@ -33,7 +36,32 @@ export const policyBody = z
       .max(20, 'must have at most 20 routes')
       .default([])
       .refine((r) => new Set(r.map((x) => x.name)).size === r.length, 'must have distinct names')
-      .describe('Prompts like these examples go to that model (embedding similarity)'),
+      .describe(
+        'Prompts like these examples go to that model (embedding similarity of the last user message)',
+      ),
+    route_threshold: z
+      .number({ error: 'must be a number from 0 to 1' })
+      .min(0, 'must be a number from 0 to 1')
+      .max(1, 'must be a number from 0 to 1')
+      .default(DEFAULT_ROUTE_THRESHOLD)
+      .describe(
+        "Cosine similarity a prompt needs to one of a route's examples to take that route (depends on the embedding model)",
+      ),
+    embedding_model: modelName
+      .nullable()
+      .default(null)
+      .describe('The catalog embedding model routes are matched with; null: the cheapest one'),
+  })
+  .superRefine((p, ctx) => {
+    if (!p.allowed_models.length) return;
+    p.routes.forEach((r, i) => {
+      if (!p.allowed_models.includes(r.model))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['routes', i, 'model'],
+          message: 'must be one of allowed_models',
+        });
+    });
   })
   .describe('Olympus policy');
 
@@ -41,6 +69,8 @@ const policyView = z.object({
   allowed_models: z.array(z.string()),
   objective: z.enum(['cost', 'latency', 'quality']),
   routes: z.array(z.object({ name: z.string(), model: z.string(), examples: z.array(z.string()) })),
+  route_threshold: z.number(),
+  embedding_model: z.string().nullable(),
   updated_at: z.string().nullable(),
 });
 
@@ -76,9 +106,24 @@ const routeView = z.object({
   model: z.string().describe('The catalog model Olympus would call now'),
   reason: z
     .string()
-    .describe('`cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down or must wake)'),
+    .describe(
+      '`route:<name>` (a route matched), `cheapest`, `fastest`, `best`, `fallback` (the first choice is cooling down, must wake, or is a matched route’s model that cannot take the call)',
+    ),
   objective: z.enum(['cost', 'latency', 'quality']),
   considered: z.array(z.string()).describe('The catalog models that fit the request and the policy'),
+  routing: z
+    .object({
+      outcome: z
+        .enum(ROUTE_OUTCOMES as [RouteOutcome, ...RouteOutcome[]])
+        .describe('`matched`, or why no route decided'),
+      embedding_model: z.string().nullable(),
+      nearest: z
+        .object({ name: z.string(), model: z.string(), similarity: z.number() })
+        .nullable()
+        .describe('The closest route and its best cosine similarity (also below the threshold)'),
+    })
+    .nullable()
+    .describe('How the policy’s routes were matched (one embedding call, not charged); null without routes'),
 });
 
 function view(p: OlympusPolicyRecord): z.infer<typeof policyView> {
@@ -86,6 +131,8 @@ function view(p: OlympusPolicyRecord): z.infer<typeof policyView> {
     allowed_models: p.allowedModels,
     objective: p.objective,
     routes: p.routes,
+    route_threshold: p.routeThreshold,
+    embedding_model: p.embeddingModel,
     updated_at: p.updatedAt?.toISOString() ?? null,
   };
 }
@@ -130,11 +177,19 @@ export function registerOlympusRoutes(
     },
     async ({ caller, body, res }) => {
       const b = body();
+      if (b.embedding_model !== null && deps.choose?.catalog.get(b.embedding_model)?.kind !== 'embedding') {
+        const message = 'Invalid request body: embedding_model: must be an embedding model of the catalog';
+        throw new ApiError('validation_error', { message, param: 'embedding_model' });
+      }
       const stored = await deps.olympus.put(caller.accountId, {
         allowedModels: b.allowed_models,
         objective: b.objective,
         routes: b.routes,
+        routeThreshold: b.route_threshold,
+        embeddingModel: b.embedding_model,
       });
+      // Embed the examples now, so the first requests find them ready (in the background).
+      deps.choose?.routes?.warm(caller.accountId, stored);
       res.json(view(stored));
     },
   );
@@ -168,14 +223,20 @@ export function registerOlympusRoutes(
           body: request,
           requestBytes: JSON.stringify(request).length,
           tools: Array.isArray(request.tools) && request.tools.length > 0,
+          requestId: String(res.locals.requestId),
+          signal: caller.signal,
         },
       );
       res.setHeader(OLYMPUS_HEADER, choice.reason);
+      const r = choice.routing;
       res.json({
         model: choice.model.name,
         reason: choice.reason,
         objective: choice.objective,
         considered: choice.considered,
+        routing: r
+          ? { outcome: r.outcome, embedding_model: r.embeddingModel ?? null, nearest: r.nearest ?? null }
+          : null,
       });
     },
   );

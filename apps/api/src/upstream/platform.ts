@@ -1,10 +1,12 @@
 // The upstream of platform-owned dedicated endpoints (the ones our operator runs, on Kubernetes or as
 // local processes): the phase gate, wake and hold (./wake.ts), the activity the operator scales and
-// hibernates on (./activity.ts), and a lease over the endpoint's Ready replicas (./replicas.ts).
+// hibernates on (./activity.ts), and a lease over the endpoint's Ready replicas (./replicas.ts), whose
+// load the engines' own gauges correct (./engine-load.ts) for leastLoad and prefixAffinity.
 import { DEFAULT_ROUTING_STRATEGY, type DedicatedEndpoint } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { Backends, Endpoints } from '../endpoints/ports.ts';
 import { activityReporter } from './activity.ts';
+import { engineLoadSampler, type EngineLoadSampler, type SampleOutcome } from './engine-load.ts';
 import { NO_KEY, PICKERS, ReplicaTable, type ReplicaLoad, type ReplicaPicker } from './replicas.ts';
 import type { Acquired, Lease, Upstream } from './types.ts';
 import { waker } from './wake.ts';
@@ -19,6 +21,8 @@ export interface PlatformUpstream extends Upstream<DedicatedEndpoint> {
   inFlight(id: string): number;
   /** Wake annotations this process wrote. */
   readonly wakesSignalled: number;
+  /** The engine-load sampler (its state, and a round on demand for tests). */
+  readonly engineLoad: EngineLoadSampler;
   /** Reports the last activity. */
   close(): Promise<void>;
 }
@@ -29,12 +33,25 @@ export interface PlatformUpstreamOptions {
   logger: Logger;
   /** Once per wake this process signalled, with its duration in seconds (metrics). */
   onWoken?: (id: string, seconds: number) => void;
+  /**
+   * How often the engines' `/metrics` are sampled for leastLoad and prefixAffinity endpoints with
+   * recent calls (ENGINE_LOAD_SAMPLE_MS); 0 or absent: never (loads are this process's own counts).
+   */
+  engineLoadIntervalMs?: number;
+  /** Once per engine scrape (metrics). */
+  onEngineSample?: (outcome: SampleOutcome) => void;
 }
 
 export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
   const activity = activityReporter(o.endpoints, o.logger);
   const wakes = waker(o.endpoints, o.backends, o.logger, o.onWoken);
   const table = new ReplicaTable((id) => o.backends.addresses(id), OPENAI_PATH);
+  const engineLoad = engineLoadSampler({
+    intervalMs: o.engineLoadIntervalMs ?? 0,
+    replicas: (id) => table.of(id),
+    logger: o.logger,
+    ...(o.onEngineSample ? { onSample: o.onEngineSample } : {}),
+  });
 
   const lease = (id: string, pick: ReplicaPicker, key: number, end: () => void): Lease => {
     let current: ReplicaLoad | undefined;
@@ -88,7 +105,9 @@ export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
         end();
         throw err;
       }
-      const pick = PICKERS[endpoint.spec.routing?.strategy ?? DEFAULT_ROUTING_STRATEGY];
+      const strategy = endpoint.spec.routing?.strategy ?? DEFAULT_ROUTING_STRATEGY;
+      if (strategy !== 'roundRobin') engineLoad.use(id);
+      const pick = PICKERS[strategy];
       return { ok: true, lease: lease(id, pick, key, end) };
     },
     wake: (endpoint) => wakes.wake(endpoint),
@@ -96,6 +115,10 @@ export function platformUpstream(o: PlatformUpstreamOptions): PlatformUpstream {
     get wakesSignalled() {
       return wakes.wakesSignalled;
     },
-    close: () => activity.close(),
+    engineLoad,
+    close: async () => {
+      await engineLoad.close();
+      await activity.close();
+    },
   };
 }

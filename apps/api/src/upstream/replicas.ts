@@ -1,6 +1,7 @@
 // Which replica of an endpoint takes the next attempt, by the endpoint's routing strategy:
 // - roundRobin: in turn, per endpoint.
-// - leastLoad: the fewest requests this API replica has in flight there (ties in turn).
+// - leastLoad: the fewest requests in flight there (ties in turn): this API replica's own, plus what
+//   the engine last reported beyond them (./engine-load.ts: other API replicas' calls).
 // - prefixAffinity: calls whose prompts start alike go to the same replica, so its prefix cache holds
 //   their history (a multi-turn chat's earlier turns are not prefilled again). Consistent hashing with
 //   bounded loads (CHWBL, as KubeAI routes): the call's key lands on a ring of virtual nodes and walks
@@ -8,11 +9,21 @@
 //   the next replicas instead of overloading one; and a replica that goes away moves only its keys.
 import type { RoutingStrategy } from '@berth/crds';
 
-/** One replica and the requests this API replica has in flight on it. */
+/** One replica and the requests in flight on it. A picker's load is `inFlight + others`. */
 export interface ReplicaLoad {
   /** Its OpenAI base URL (`http://ip:port/v1`). */
   readonly address: string;
+  /** `http://ip:port`: where its `/metrics` are. */
+  readonly origin: string;
+  /** Requests this API replica has in flight there. */
   inFlight: number;
+  /**
+   * Requests the engine reported beyond this API replica's own at its last sample (other API
+   * replicas' calls); 0 when unsampled or the sample is stale (./engine-load.ts).
+   */
+  others: number;
+  /** When `others` was sampled (ms since the epoch; 0: never). */
+  sampledAt: number;
 }
 
 /** One endpoint's Ready replicas, as a picker sees them. */
@@ -47,17 +58,22 @@ export const leastInFlight: ReplicaPicker = (set, avoid) => {
   const n = replicas.length;
   const start = set.turn++ % n;
   let best: ReplicaLoad | undefined;
+  let least = 0;
   for (let i = 0; i < n; i++) {
     const r = replicas[(start + i) % n]!;
     if (r === avoid && n > 1) continue;
-    if (!best || r.inFlight < best.inFlight) best = r;
+    const load = r.inFlight + r.others;
+    if (!best || load < least) {
+      best = r;
+      least = load;
+    }
   }
   return best!;
 };
 
 /**
- * A replica may take a keyed call while its load after taking it stays within this factor of the
- * mean (CHWBL's c). 1.25 is the spread the routing benchmark's target allows.
+ * A replica may take a keyed call while its load (own in-flight calls plus others', see ReplicaLoad)
+ * after taking it stays within this factor of the mean (CHWBL's c). 1.25 is the spread the routing benchmark's target allows.
  */
 export const LOAD_BOUND = 1.25;
 /** Points per replica on the ring: enough that 2–10 replicas get shares within a few percent. */
@@ -93,7 +109,7 @@ export const prefixAffinity: ReplicaPicker = (set, avoid, key) => {
   if (n === 1) return replicas[0]!;
   if (key === NO_KEY) return leastInFlight(set, avoid, key);
   let total = 0;
-  for (let i = 0; i < n; i++) total += replicas[i]!.inFlight;
+  for (let i = 0; i < n; i++) total += replicas[i]!.inFlight + replicas[i]!.others;
   const bound = Math.ceil((LOAD_BOUND * (total + 1)) / n);
   const ring = (set.ring ??= buildRing(replicas));
   const { points, owners } = ring;
@@ -108,7 +124,7 @@ export const prefixAffinity: ReplicaPicker = (set, avoid, key) => {
   }
   for (let step = 0, at = lo % size; step < size; step++, at = at + 1 === size ? 0 : at + 1) {
     const r = replicas[owners[at]!]!;
-    if (r !== avoid && r.inFlight + 1 <= bound) return r;
+    if (r !== avoid && r.inFlight + r.others + 1 <= bound) return r;
   }
   // Unreachable while the bound is ≥ the mean (some replica is at or under it); kept for `avoid`.
   return leastInFlight(set, avoid, key);
@@ -174,7 +190,10 @@ export class ReplicaTable {
     const byAddress = new Map<string, ReplicaLoad>();
     for (const a of source) {
       const address = a + this.basePath;
-      byAddress.set(address, previous?.get(address) ?? { address, inFlight: 0 });
+      byAddress.set(
+        address,
+        previous?.get(address) ?? { address, origin: a, inFlight: 0, others: 0, sampledAt: 0 },
+      );
     }
     entry = { source, set: { replicas: [...byAddress.values()], turn: entry?.set.turn ?? 0 }, byAddress };
     this.byEndpoint.set(id, entry);

@@ -133,7 +133,9 @@ export async function startK8sGpuMeter(o: K8sGpuMeterOptions): Promise<() => Pro
   pods.on('update', (p) => remember(p, false));
   pods.on('delete', (p) => remember(p, true));
   const onEndpoint = (e: DedicatedEndpoint) => {
-    if (e.metadata.deletionTimestamp && !deletingSeenAt.has(e.metadata.name))
+    // Only a live event tells when the deletion happened on our clock: an endpoint that was already
+    // Terminating when this replica started (the first list) keeps the cluster's timestamp.
+    if (ready && e.metadata.deletionTimestamp && !deletingSeenAt.has(e.metadata.name))
       deletingSeenAt.set(e.metadata.name, o.now());
     schedule(e.metadata.name);
   };

@@ -1,0 +1,73 @@
+// Pre-warm: a run whose chat steps are served by a platform endpoint that is hibernated wakes it
+// CHRONOS_PREWARM_SECONDS before the fire, so the first step does not wait for a cold start.
+//
+// One `chronos-prewarm` pg-boss job per (run, occurrence), queued with the fire in the same
+// transaction and delayed to `fire − lead`: pg-boss hands it to one replica, so the wake is requested
+// once per fire whatever the number of API replicas. The wake goes through the proxy's own
+// wake-on-demand path (PlatformUpstream.wake: the wake annotation, skipped when the endpoint already
+// carries a wake newer than its hibernation). Nothing is reserved or charged: the endpoints are the
+// platform's, and the run pays for its steps when they run.
+import type { DedicatedEndpoint } from '@berth/crds';
+import type { EndpointCache } from '../endpoints/ports.ts';
+import type { ElasticCatalog } from '../elastic/catalog.ts';
+import type { OlympusRepository } from '../repositories/olympus.ts';
+import { resolveModel } from './execute.ts';
+import type { Step } from './steps.ts';
+
+export interface PrewarmPlatform {
+  endpoints: Pick<EndpointCache, 'get'>;
+  /** The proxy's wake-on-demand (PlatformUpstream.wake). */
+  upstream: { wake(endpoint: DedicatedEndpoint): Promise<void> };
+}
+
+export interface PrewarmTarget {
+  endpoint: DedicatedEndpoint;
+  /** The catalog model of the step that calls it. */
+  model: string;
+  step: number;
+}
+
+type CatalogDeps = {
+  catalog: Pick<ElasticCatalog, 'get' | 'list'>;
+  olympus?: Pick<OlympusRepository, 'get'>;
+};
+
+/**
+ * Whether a run with these steps may call a platform endpoint (decided when its fire is queued):
+ * a chat step on `auto`, or on a catalog model with an endpoint backend.
+ */
+export function mayCallEndpoint(catalog: Pick<ElasticCatalog, 'get'>, steps: readonly Step[]): boolean {
+  return steps.some(
+    (s) =>
+      s.type === 'chat' &&
+      (s.model === 'auto' || (catalog.get(s.model)?.backends.some((b) => 'endpoint' in b) ?? false)),
+  );
+}
+
+/**
+ * The hibernated endpoints the run's chat steps would call: per step, the backend its model's call
+ * would use first (backends in order; an external URL or an endpoint that is up or waking answers
+ * without a wake; one that is building, failed or terminating is skipped by the call too).
+ */
+export async function prewarmTargets(
+  deps: CatalogDeps & { platform: PrewarmPlatform },
+  accountId: string,
+  steps: readonly Step[],
+): Promise<PrewarmTarget[]> {
+  const targets = new Map<string, PrewarmTarget>();
+  for (const [index, step] of steps.entries()) {
+    if (step.type !== 'chat') continue;
+    const model = await resolveModel(deps, accountId, step);
+    if (typeof model === 'string') continue;
+    for (const b of model.backends) {
+      if (!('endpoint' in b)) break;
+      const e = deps.platform.endpoints.get(b.endpoint);
+      const phase = e?.status?.phase;
+      if (!e || e.metadata.deletionTimestamp || phase === 'building' || phase === 'failed') continue;
+      if (phase === 'hibernated' && !targets.has(b.endpoint))
+        targets.set(b.endpoint, { endpoint: e, model: model.name, step: index });
+      break;
+    }
+  }
+  return [...targets.values()];
+}
