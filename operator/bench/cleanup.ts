@@ -9,7 +9,7 @@ import { releaseAll } from './lib.ts';
 for (const ns of process.argv.slice(2)) {
   const k = new Cluster(ns);
   reuseConnections(k.kc);
-  await releaseAll(k);
+  await releaseAll(k, 96);
   await kubectlOk(['delete', 'namespace', ns, '--wait=false', '--ignore-not-found']);
 }
 await kubectl(['delete', 'node', '-l', 'berth.dev/bench-node=true', '--wait=false']);
