@@ -17,7 +17,7 @@
 import { loadavg } from 'node:os';
 import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
-import { desiredDeployment, desiredService } from '@berth/operator';
+import { desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
 import type { KubernetesListObject, KubernetesObject, V1Deployment } from '@kubernetes/client-node';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
@@ -60,6 +60,7 @@ await kubectlOk(['apply', '-f', '-'], {
 });
 const ns = await testNamespace('bench-op');
 const k = new Cluster(ns.name);
+reuseConnections(k.kc); // the bench's own client too, on both sides alike
 const catalog = {
   instanceTypes: DEFAULT_CATALOG.instanceTypes.map((t) =>
     t.id === 'nvidia-h100-80gb'
@@ -81,6 +82,7 @@ const config = testConfig(ns.name, fakeHub.url, {
 // created in batches of 25 as the endpoints are below, timed to all-ready; then removed.
 const base = await testNamespace('bench-base');
 const baseCluster = new Cluster(base.name);
+reuseConnections(baseCluster.kc);
 const instanceType = catalog.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
 const build = {
   engineImage: config.engineImage,
