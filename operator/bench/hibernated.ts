@@ -13,6 +13,7 @@
 import { loadavg } from 'node:os';
 import { GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpointSpecInput } from '@berth/crds';
+import { reuseConnections } from '@berth/operator';
 import { PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { kubectl, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
@@ -41,6 +42,7 @@ const log = (msg: string, extra: unknown = {}) =>
 await installCrd();
 const ns = await testNamespace('bench-opscale');
 const k = new Cluster(ns.name);
+reuseConnections(k.kc);
 const fakeHub = await startFakeHub();
 const config = testConfig(ns.name, fakeHub.url, {
   leaderElection: false,
@@ -190,12 +192,12 @@ try {
   const tr = Date.now();
   await releaseAll(k).catch((err: unknown) => log('release failed', { err: String(err) }));
   await ns.remove();
-  for (let i = 0; i < 600; i++) {
-    const r = await kubectl(['get', 'namespace', ns.name, '-o', 'name']);
-    if (r.code !== 0) break;
-    await sleep(2000);
+  let gone = false;
+  for (let i = 0; i < 300 && !gone; i++) {
+    gone = (await kubectl(['get', 'namespace', ns.name, '-o', 'name'])).code !== 0;
+    if (!gone) await sleep(2000);
   }
-  out.cleanupSeconds = +((Date.now() - tr) / 1000).toFixed(1);
+  out.cleanup = { namespaceGone: gone, seconds: +((Date.now() - tr) / 1000).toFixed(1) };
   out.etcdDbMiBAfterCleanup = await etcdDbMiB();
   out.controlPlaneRssMiBAfterCleanup = controlPlaneRss();
   process.stdout.write(JSON.stringify(out, null, 1) + '\n');

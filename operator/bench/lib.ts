@@ -4,6 +4,8 @@ import { createRequire } from 'node:module';
 import type { DedicatedEndpointSpecInput } from '@berth/crds';
 import { ANNOTATION_DISPLAY_NAME, API_VERSION, FINALIZER, GROUP, KIND, PLURAL, VERSION } from '@berth/crds';
 import type { OperatorHandle } from '@berth/operator';
+import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
+import { makeInformer } from '@kubernetes/client-node';
 import type { Cluster } from '@berth/test/support/operator';
 
 /** Every HTTP request this process's Kubernetes client makes (client-node's own undici), counted. */
@@ -137,4 +139,38 @@ export async function releaseAll(k: Cluster, n = 32): Promise<void> {
     n,
     (e) => k.mergePatch(e.metadata.name, { metadata: { finalizers: null } }).catch(() => {}),
   );
+}
+
+/**
+ * Waits until `n` objects of a watched collection satisfy `done` (an informer: the API server sends
+ * changes, not the whole list every poll, so watching costs both sides little). Resolves with how
+ * many did, at the deadline at the latest.
+ */
+export async function watchUntil<T extends KubernetesObject>(
+  kc: KubeConfig,
+  path: string,
+  list: () => Promise<KubernetesListObject<T>>,
+  done: (o: T) => boolean,
+  n: number,
+  timeoutMs: number,
+): Promise<number> {
+  const informer = makeInformer<T>(kc, path, list);
+  const ok = new Set<string>();
+  let finish!: () => void;
+  const finished = new Promise<void>((r) => (finish = r));
+  const see = (o: T) => {
+    const name = o.metadata?.name ?? '';
+    if (done(o)) ok.add(name);
+    else ok.delete(name);
+    if (ok.size >= n) finish();
+  };
+  informer.on('add', see);
+  informer.on('update', see);
+  informer.on('delete', (o) => ok.delete(o.metadata?.name ?? ''));
+  await informer.start();
+  const timer = setTimeout(finish, timeoutMs);
+  await finished;
+  clearTimeout(timer);
+  await informer.stop();
+  return ok.size;
 }

@@ -25,4 +25,5 @@ export { FAILURE_SEVERITY, failureInOutput, mostSevere } from './core/failures.t
 export { desiredDeployment, desiredService, desiredCacheClaim } from './k8s/builders.ts';
 export type { BuildConfig, ModelCache } from './k8s/builders.ts';
 export { supervise } from './k8s/informers.ts';
+export { reuseConnections } from './k8s/connections.ts';
 export { Listeners } from './core/listeners.ts';

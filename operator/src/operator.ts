@@ -8,6 +8,7 @@ import { startController } from './core/controller.ts';
 import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
 import { DEFAULT_HF_ENDPOINT } from './config.ts';
+import { reuseConnections } from './k8s/connections.ts';
 import { LeaderElector } from './k8s/leader.ts';
 import { kubeRuntime } from './k8s/runtime.ts';
 import type { Metrics } from './metrics.ts';
@@ -36,7 +37,7 @@ export async function startOperator(
   deps: OperatorDeps = {},
 ): Promise<OperatorHandle> {
   const log = deps.log ?? pino({ name: 'berth-operator', level: config.logLevel });
-  const kc = deps.kubeConfig ?? loadKubeConfig(config.kubeconfig);
+  const kc = reuseConnections(deps.kubeConfig ?? loadKubeConfig(config.kubeconfig));
   const metrics = createMetrics();
   let controller: { synced: boolean; stop(): Promise<void> } | undefined;
   let controllerStarting: Promise<void> = Promise.resolve();

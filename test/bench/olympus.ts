@@ -4,12 +4,25 @@
 // - managed-loop overhead per tool call: a loop whose model answers instantly with one scripted
 //   call per step (so all that is left is the loop and MCP), against the same MCP tools/call made
 //   directly on an open session of the same real MCP server, alternating.
-import { openMcpSession, pickModel, runManagedLoop, type Candidate, type ModelStep } from '@berth/api';
+import {
+  chooseModel,
+  elasticCaller,
+  openMcpSession,
+  pickModel,
+  proxyAgent,
+  routeMatcher,
+  runManagedLoop,
+  type Candidate,
+  type CatalogModel,
+  type ModelStep,
+} from '@berth/api';
+import { startEngineSim } from '@berth/engine-sim';
 import { startMcpServer } from '../support/mcp-server.ts';
 import { machine, ms, summarize } from './stats.ts';
 
 const N = Number(process.env.BENCH_OLYMPUS_DECISIONS ?? 50_000);
 const CALLS = Number(process.env.BENCH_TOOL_CALLS ?? 400);
+const ROUTED = Number(process.env.BENCH_OLYMPUS_ROUTED ?? 2000);
 
 function catalog(): Candidate[] {
   return Array.from({ length: 24 }, (_, i) => ({
@@ -66,6 +79,141 @@ async function decisions(): Promise<string> {
     `| Olympus decision (24 models) | ${ms(d.p50)} | ${ms(d.p99)} |`,
     `| ratio decision / baseline | ${(d.p50 / p.p50).toFixed(2)}x | ${(d.p99 / p.p99).toFixed(2)}x |`,
   ].join('\n');
+}
+
+/**
+ * Decision time with the embedding route: chooseModel() for a policy with 4 routes of 10 example
+ * prompts each (their vectors cached, as after the first request), i.e. the access check and policy
+ * (in memory here: the two indexed queries are outside), one embedding call to an engine-simulator
+ * embedding pool through the Elastic call path (real HTTP, the proxy's agent), cosine against the
+ * 40 examples and pickModel() — against its baseline, the same embedding call alone, alternating
+ * batches of 50.
+ */
+async function routedDecisions(): Promise<string> {
+  const sim = await startEngineSim({ model: 'org/embed', ttftMs: 0, embeddingDimensions: 384 });
+  const dispatcher = proxyAgent();
+  try {
+    const at = new Date();
+    const chat = catalog()
+      .filter((c) => c.kind === 'chat')
+      .map((c): CatalogModel => ({
+        name: c.name,
+        kind: 'chat',
+        pricing: { inputPerMTok: c.inputPerMTok, outputPerMTok: c.outputPerMTok },
+        contextLength: c.contextLength,
+        fallbacks: [],
+        backends: [{ baseUrl: 'http://127.0.0.1:9/v1', model: c.name }],
+        updatedAt: at,
+      }));
+    const embedder: CatalogModel = {
+      name: 'embedder',
+      kind: 'embedding',
+      pricing: { inputPerMTok: 10_000n, outputPerMTok: 0n },
+      contextLength: 8192,
+      fallbacks: [],
+      backends: [{ baseUrl: sim.url + '/v1', model: 'org/embed' }],
+      updatedAt: at,
+    };
+    const models = [...chat, embedder];
+    const cat = { get: (n: string) => models.find((m) => m.name === n), list: () => models };
+    const caller = elasticCaller({
+      catalog: cat as never,
+      wallet: {} as never, // the embedding call is not charged: the wallet is never asked
+      dispatcher,
+      config: { wakeHoldMs: 1000, retries: 0, cooldownMs: 1000 },
+    });
+    const topics = ['python code', 'contract law', 'cooking recipes', 'travel plans'];
+    const policy = {
+      allowedModels: [],
+      objective: 'cost' as const,
+      routes: topics.map((t, i) => ({
+        name: `r${i}`,
+        model: chat[i]!.name,
+        examples: Array.from({ length: 10 }, (_, j) => `question ${j} about ${t} and how to handle it well`),
+      })),
+      routeThreshold: 0.5,
+      embeddingModel: null,
+      updatedAt: at,
+    };
+    const logger = { warn() {}, info() {} };
+    const routes = routeMatcher({ catalog: cat, caller, timeoutMs: 5000, logger });
+    const tool = { tool: {} as never, enabled: true };
+    const deps = {
+      tools: { lookup: async () => new Map([['olympus', tool]]) },
+      policies: { get: async () => policy },
+      catalog: cat,
+      live: caller,
+      routes,
+    };
+    const who = { accountId: 'bench', toolPin: [] };
+    const prompt = 'Please write some python code that parses a contract and how to handle it well';
+    const body = { model: 'auto', messages: [{ role: 'user', content: prompt }], max_tokens: 256 };
+    // Each request has its own signal, as each HTTP request does.
+    const signal = new AbortController().signal;
+    const ask = { kinds: ['chat' as const], body, requestBytes: 600, tools: false, requestId: 'b', signal };
+    const first = await chooseModel(deps, who, ask); // embeds the examples once
+    if (first.routing?.outcome !== 'matched') throw new Error(`no route matched: ${first.routing?.outcome}`);
+    // The same decision with an embedding call that answers at once (vectors the simulator gave):
+    // what Olympus itself adds — access, candidates, the signal and budget, cosine, pickModel.
+    const known = new Map<string, number[]>();
+    const texts = [prompt, ...policy.routes.flatMap((r) => r.examples)];
+    (await caller.embed({ model: embedder, inputs: texts, requestId: 'k', signal })).forEach((v, i) =>
+      known.set(texts[i]!, v),
+    );
+    const instant = {
+      ...deps,
+      routes: routeMatcher({
+        catalog: cat,
+        caller: { embed: async ({ inputs }) => inputs.map((t) => known.get(t)!) },
+        timeoutMs: 5000,
+        logger,
+      }),
+    };
+    await chooseModel(instant, who, ask);
+    const own: number[] = [];
+    const alone: number[] = [];
+    const decide: number[] = [];
+    for (let i = 0; i < 50; i++)
+      await caller.embed({ model: embedder, inputs: [prompt], requestId: 'w', signal });
+    for (let round = 0; round < ROUTED / 50; round++) {
+      for (let i = 0; i < 50; i++) {
+        const t = process.hrtime.bigint();
+        await caller.embed({
+          model: embedder,
+          inputs: [prompt],
+          requestId: 'b',
+          signal: new AbortController().signal,
+        });
+        alone.push(Number(process.hrtime.bigint() - t) / 1e6);
+      }
+      for (let i = 0; i < 50; i++) {
+        const t = process.hrtime.bigint();
+        const c = await chooseModel(deps, who, { ...ask, signal: new AbortController().signal });
+        decide.push(Number(process.hrtime.bigint() - t) / 1e6);
+        if (c.reason !== first.reason) throw new Error(`choice changed: ${c.reason}`);
+      }
+      for (let i = 0; i < 50; i++) {
+        const t = process.hrtime.bigint();
+        const c = await chooseModel(instant, who, { ...ask, signal: new AbortController().signal });
+        own.push(Number(process.hrtime.bigint() - t) / 1e6);
+        if (c.reason !== first.reason) throw new Error(`choice changed: ${c.reason}`);
+      }
+    }
+    const o = summarize(own);
+    const a = summarize(alone);
+    const d = summarize(decide);
+    return [
+      `| with the embedding route (${ROUTED} requests, 4 routes × 10 examples, 384-d, reason ${first.reason}) | p50 | p99 |`,
+      '|---|---|---|',
+      `| one embedding call through the Elastic path (baseline) | ${ms(a.p50)} | ${ms(a.p99)} |`,
+      `| Olympus decision with the embedding route | ${ms(d.p50)} | ${ms(d.p99)} |`,
+      `| added over the embedding call | ${ms(d.p50 - a.p50)} | ${ms(d.p99 - a.p99)} |`,
+      `| the same decision with an instant embedding (Olympus's own work) | ${ms(o.p50)} | ${ms(o.p99)} |`,
+    ].join('\n');
+  } finally {
+    await dispatcher.close();
+    await sim.close();
+  }
 }
 
 async function loopOverhead(): Promise<string> {
@@ -139,6 +287,8 @@ export async function benchOlympus(): Promise<string> {
     `### Olympus decision time and managed-loop overhead (${machine()})`,
     '',
     await decisions(),
+    '',
+    await routedDecisions(),
     '',
     await loopOverhead(),
   ].join('\n');

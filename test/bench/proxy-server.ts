@@ -73,18 +73,25 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'info',
     // Keys' last-used times would be written every 10 s: keep the database out of the measurement.
     KEY_TOUCH_INTERVAL_MS: '3600000',
+    ENGINE_LOAD_SAMPLE_MS: process.env.ENGINE_LOAD_SAMPLE_MS,
   });
   const logger = createLogger(config.LOG_LEVEL);
   const db = await openMigratedDatabase({ kind: 'postgres', url: config.DATABASE_URL!, poolSize: 4 });
   const runtime = memoryRuntime();
-  const upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
   const metrics = createMetrics();
+  const upstream = platformUpstream({
+    endpoints: runtime.endpoints,
+    backends: runtime.backends,
+    logger,
+    engineLoadIntervalMs: config.ENGINE_LOAD_SAMPLE_MS,
+    onEngineSample: (outcome) => metrics.engineLoadSamples.inc({ outcome }),
+  });
   const keys = keyService({
     repo: keyRepository(db.prisma),
     hash: keyHasher(config.KEY_HASH_SECRET),
     bus: localRevocationBus(),
     metrics: {
-      cacheLookup: (result) => metrics.keyCache.inc({ result }),
+      cacheLookup: (result) => metrics.keyCacheCells.add(1, result),
       revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
     },
     touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,

@@ -73,14 +73,14 @@ export async function until<T>(
 }
 
 /** `npm start` with a local-mode user's settings; its endpoint up; the engine's own address. */
-export async function startShipped(dbUrl: string, dataDir: string) {
+export async function startShipped(dbUrl: string, dataDir: string, tree = root) {
   const port = await freePort();
   const nodeArgs = process.env.BENCH_PROXY_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
   const child: ChildProcess = spawn(
     process.execPath,
     [...nodeArgs, '--import', 'tsx', 'apps/api/src/main.ts'],
     {
-      cwd: root,
+      cwd: tree,
       env: {
         ...process.env,
         KUBECONFIG: '',
@@ -150,8 +150,15 @@ export async function benchProxyShipped(): Promise<string> {
   let shipped: Awaited<ReturnType<typeof startShipped>> | undefined;
   let bare: Proxy | undefined;
   let harness: Proxy | undefined;
+  // BENCH_PROXY_BASELINE_TREE: another checkout (e.g. main before a change) started the same way, as
+  // a fifth path, so a change is measured against its baseline in the same run.
+  const baseTree = process.env.BENCH_PROXY_BASELINE_TREE;
+  const baseDb = baseTree ? await createTestDatabase('shipped_base') : undefined;
+  const baseDir = baseTree ? mkdtempSync(path.join(os.tmpdir(), 'berth-bench-shipped-base-')) : undefined;
+  let base: Awaited<ReturnType<typeof startShipped>> | undefined;
   try {
     shipped = await startShipped(db.url, dataDir);
+    if (baseTree) base = await startShipped(baseDb!.url, baseDir!, baseTree);
     bare = await Proxy.start('bare');
     await bare.ask({ type: 'addresses', addresses: [shipped.engine] });
     // The proxy benchmark's harness (createApp + the in-memory runtime) on the same engine, so the
@@ -166,10 +173,11 @@ export async function benchProxyShipped(): Promise<string> {
     const viaHarness = target('harness', `${harness.url}/api/d/${BENCH_ENDPOINT_ID}`, {
       authorization: `Bearer ${hk.key}`,
     });
-    const targets = [direct, viaBare, viaBerth, viaHarness];
+    const viaBase = base && target('baseline', `${base.url}/api/d/${base.id}`, base.auth);
+    const targets = [direct, viaBare, viaBerth, viaHarness, ...(viaBase ? [viaBase] : [])];
     for (const t of targets) await sequential(t, 500, false, 16); // warm-up: JIT, connections, key cache
 
-    const lat: Record<string, number[]> = { direct: [], bare: [], berth: [], harness: [] };
+    const lat: Record<string, number[]> = { direct: [], bare: [], berth: [], harness: [], baseline: [] };
     for (let i = 0; i < LAT_N; i++)
       for (let k = 0; k < targets.length; k++) {
         const t = targets[(k + i) % targets.length]!;
@@ -180,11 +188,13 @@ export async function benchProxyShipped(): Promise<string> {
       [viaBare, bare.child.pid!],
       [viaBerth, shipped.child.pid!],
       [viaHarness, harness.child.pid!],
+      ...(viaBase ? [[viaBase, base!.child.pid!] as [Target, number]] : []),
     ];
     const cpu: Record<string, { us: number; n: number }> = {
       bare: { us: 0, n: 0 },
       berth: { us: 0, n: 0 },
       harness: { us: 0, n: 0 },
+      baseline: { us: 0, n: 0 },
     };
     for (const [t] of pids) await concurrent(t, 500, CPU_CONCURRENCY, false, 16);
     for (let r = 0; r < ROUNDS; r++)
@@ -204,6 +214,7 @@ export async function benchProxyShipped(): Promise<string> {
       berth: summarize(lat.berth!),
       harness: summarize(lat.harness!),
     };
+    const B = base ? summarize(lat.baseline!) : undefined;
     const per = (name: string) => cpu[name]!.us / cpu[name]!.n;
     const ratio = per('berth') / per('bare');
     const added = L.berth.p50 - L.direct.p50;
@@ -224,9 +235,21 @@ export async function benchProxyShipped(): Promise<string> {
       '|---|---|---|---|---|---|',
       `| µs | ${f(per('bare'), 0)} | ${f(per('berth'), 0)} | ${f(ratio, 2)}× | ${f(per('harness'), 0)} | ${f(per('harness') / per('bare'), 2)}× |`,
       '',
+      ...(B
+        ? [
+            '',
+            `Baseline tree (${baseTree}), the same way, in the same run:`,
+            '',
+            '| | added p50 | added p99 | added p50 / bare’s | CPU / request | CPU / bare |',
+            '|---|---|---|---|---|---|',
+            `| this tree | ${signed(L.berth.p50 - L.direct.p50)} ms | ${signed(L.berth.p99 - L.direct.p99)} ms | ${f((L.berth.p50 - L.direct.p50) / (L.bare.p50 - L.direct.p50), 2)}× | ${f(per('berth'), 0)} µs | ${f(ratio, 2)}× |`,
+            `| baseline | ${signed(B.p50 - L.direct.p50)} ms | ${signed(B.p99 - L.direct.p99)} ms | ${f((B.p50 - L.direct.p50) / (L.bare.p50 - L.direct.p50), 2)}× | ${f(per('baseline'), 0)} µs | ${f(per('baseline') / per('bare'), 2)}× |`,
+          ]
+        : []),
+      '',
       '| target | measured | verdict |',
       '|---|---|---|',
-      `| ≤ 0.5 ms added p50 over direct | ${signed(added)} ms (bare: ${signed(L.bare.p50 - L.direct.p50)} ms) | ${verdict(added <= 0.5, added - 0.5, 'ms')} |`,
+      `| ≤ 0.5 ms added p50 over direct | ${signed(added)} ms (bare: ${signed(L.bare.p50 - L.direct.p50)} ms; ${f(added / (L.bare.p50 - L.direct.p50), 2)}× the bare hop’s) | ${verdict(added <= 0.5, added - 0.5, 'ms')} |`,
       `| CPU ≤ 1.3× the bare proxy's per request | ${f(ratio, 2)}× | ${verdict(ratio <= 1.3, ratio - 1.3, '×')} |`,
     ].join('\n');
   } finally {
@@ -238,7 +261,15 @@ export async function benchProxyShipped(): Promise<string> {
       await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
       await stop(shipped.child);
     }
+    if (base) {
+      const exited = new Promise((r) => base!.child.once('exit', r));
+      base.child.kill('SIGTERM');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
+      await stop(base.child);
+    }
     await db.drop();
+    await baseDb?.drop();
     rmSync(dataDir, { recursive: true, force: true });
+    if (baseDir) rmSync(baseDir, { recursive: true, force: true });
   }
 }

@@ -9,6 +9,7 @@ import { benchOlympus } from './olympus.ts';
 import { benchProxy } from './proxy.ts';
 import { benchProxyShipped } from './proxy-shipped.ts';
 import { benchRouting } from './routing.ts';
+import { benchRoutingReplicas } from './routing-replicas.ts';
 
 const benches: Record<string, () => Promise<string>> = {
   auth: benchAuth,
@@ -24,6 +25,7 @@ const benches: Record<string, () => Promise<string>> = {
   'proxy-wake': () => benchProxy(['wake']),
   'proxy-shipped': benchProxyShipped,
   routing: benchRouting,
+  'routing-replicas': benchRoutingReplicas,
 };
 
 const names = process.argv.slice(2).length ? process.argv.slice(2) : Object.keys(benches);

@@ -139,7 +139,7 @@ export const configSchema = z
         (v) => v === 0 || (v >= 100 && v <= 60_000),
         'must be 0 (off) or between 100 and 60000 milliseconds',
       )
-      .default(1_000)
+      .default(250)
       .describe(
         "How often each API replica reads the engines' `vllm:num_requests_running` / `waiting` (their /metrics) for leastLoad and prefixAffinity endpoints that had calls recently, so it also counts other API replicas' calls; 0: off (each replica counts only its own)",
       ),

@@ -14,3 +14,8 @@ export { devIdentityProvider } from './auth/dev-idp.ts';
 export { pickModel, matchRoute, type Candidate, type Needs, type Policy } from './olympus/pick.ts';
 export { runManagedLoop, type CallModel, type ManagedServer, type ModelStep } from './tools/loop.ts';
 export { openMcpSession } from './tools/mcp.ts';
+export { chooseModel } from './olympus/choose.ts';
+export { routeMatcher } from './olympus/routing.ts';
+export { elasticCaller } from './elastic/call.ts';
+export type { CatalogModel } from './elastic/entry.ts';
+export { proxyAgent } from './proxy/agent.ts';

@@ -231,7 +231,7 @@ export async function startApi(
       hash: keyHasher(config.KEY_HASH_SECRET),
       bus,
       metrics: {
-        cacheLookup: (result) => metrics.keyCache.inc({ result }),
+        cacheLookup: (result) => metrics.keyCacheCells.add(1, result),
         revocation: (outcome) => metrics.keyRevocations.inc({ outcome }),
       },
       touchIntervalMs: config.KEY_TOUCH_INTERVAL_MS,

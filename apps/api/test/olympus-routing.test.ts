@@ -121,6 +121,31 @@ describe('routeMatcher', () => {
     expect(outcomes).toEqual(['matched', 'matched', 'below_threshold', 'below_threshold']);
   });
 
+  it('the least recently used account’s vectors go when over maxFloats; its next request embeds them again', async () => {
+    const calls: string[][] = [];
+    const matcher = routeMatcher({
+      catalog: catalog([model('e', 'embedding', 1n)]),
+      caller: {
+        embed: async ({ inputs }) => {
+          calls.push(inputs);
+          return inputs.map((t) => Array.from(embed(t, 64)));
+        },
+      },
+      timeoutMs: 1000,
+      logger: { warn() {}, info() {} },
+      maxFloats: 3 * 64, // one account's three examples
+    });
+    const call = { requestId: 'r', signal: new AbortController().signal };
+    await matcher.match('a', policy(1), 'Write a Python function', call);
+    await matcher.match('a', policy(1), 'Write a Python function', call);
+    expect(calls).toHaveLength(3); // examples once, then the prompt twice
+    await matcher.match('b', policy(1), 'Write a Python function', call); // evicts a's
+    expect(calls).toHaveLength(5);
+    await matcher.match('a', policy(1), 'Write a Python function', call);
+    expect(calls).toHaveLength(7); // a's examples again, and the prompt
+    expect(calls[5]).toHaveLength(3);
+  });
+
   it('warm() embeds the examples ahead of the first request; no prompt text: no call', async () => {
     const { calls, matcher, call } = setup();
     matcher.warm('acct', policy(1));
@@ -132,5 +157,38 @@ describe('routeMatcher', () => {
       embeddingModel: 'e',
     });
     expect(calls).toHaveLength(2);
+  });
+
+  it('examples that cannot be embedded: embedding_failed, no call for 5 s, then tried again', async () => {
+    let clock = 0;
+    let down = true;
+    const calls: string[][] = [];
+    const warnings: string[] = [];
+    const matcher = routeMatcher({
+      catalog: catalog([model('e', 'embedding', 1n)]),
+      caller: {
+        embed: async ({ inputs }) => {
+          calls.push(inputs);
+          if (down) throw new Error('connect ECONNREFUSED');
+          return inputs.map((t) => Array.from(embed(t, 64)));
+        },
+      },
+      timeoutMs: 1000,
+      logger: { warn: (...args: unknown[]) => void warnings.push(String(args[1])), info() {} },
+      now: () => clock,
+    });
+    const call = { requestId: 'r', signal: new AbortController().signal };
+    const first = await matcher.match('acct', policy(1), 'Write a Python function', call);
+    expect(first).toEqual({ outcome: 'embedding_failed', embeddingModel: 'e' });
+    expect(warnings).toContain('olympus: the route embedding failed; choosing by objective');
+    const made = calls.length;
+    clock = 4999;
+    expect((await matcher.match('acct', policy(1), 'Write a Python function', call)).outcome).toBe(
+      'embedding_failed',
+    );
+    expect(calls).toHaveLength(made); // no call while backing off
+    down = false;
+    clock = 5000;
+    expect((await matcher.match('acct', policy(1), 'Write a Python function', call)).outcome).toBe('matched');
   });
 });

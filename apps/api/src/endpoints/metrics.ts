@@ -4,6 +4,7 @@
 import { PHASES } from '@berth/crds';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { EndpointCache } from './ports.ts';
+import { CounterCells } from '../metrics.ts';
 
 export interface EndpointMetrics {
   /** A call held while its endpoint wakes: +1 now, -1 from the returned function. */
@@ -59,18 +60,23 @@ export function endpointMetrics(registry: Registry, endpoints: Pick<EndpointCach
     labelNames: ['endpoint'],
     registers: [registry],
   });
+  // Counted per call through cells (../metrics.ts), added to the counters at each scrape.
   const requests = new Counter({
     name: 'berth_endpoint_requests_total',
     help: 'Proxied calls by endpoint and HTTP status code',
     labelNames: ['endpoint', 'code'],
     registers: [registry],
+    collect: (): void => requestCells.flush(),
   });
   const tokens = new Counter({
     name: 'berth_endpoint_tokens_total',
     help: 'Tokens of proxied calls by endpoint and kind (prompt, completion)',
     labelNames: ['endpoint', 'kind'],
     registers: [registry],
+    collect: (): void => tokenCells.flush(),
   });
+  const requestCells = new CounterCells(requests, 2);
+  const tokenCells = new CounterCells(tokens, 2);
   const wake = new Histogram({
     name: 'berth_endpoint_wake_duration_seconds',
     help: "From this API's wake signal to the first Ready replica it saw, by endpoint",
@@ -87,10 +93,10 @@ export function endpointMetrics(registry: Registry, endpoints: Pick<EndpointCach
         done = true;
       };
     },
-    proxied: (id, status) => requests.inc({ endpoint: id, code: String(status) }),
+    proxied: (id, status) => requestCells.add(1, id, status),
     tokens(id, prompt, completion) {
-      tokens.inc({ endpoint: id, kind: 'prompt' }, prompt);
-      tokens.inc({ endpoint: id, kind: 'completion' }, completion);
+      tokenCells.add(prompt, id, 'prompt');
+      tokenCells.add(completion, id, 'completion');
     },
     woken: (id, seconds) => wake.observe({ endpoint: id }, seconds),
   };

@@ -26,33 +26,46 @@ export function routeTemplate(req: express.Request): string {
   return route?.path ? `${req.baseUrl}${route.path}` : 'unmatched';
 }
 
+/** When the access log started timing a response (absent once it was recorded). */
+const STARTED = Symbol('access log start');
+type Timed = express.Response & { [STARTED]?: bigint };
+
 export function accessLog(logger: Logger, metrics: ApiMetrics): RequestHandler {
-  return (req, res, next) => {
-    const start = process.hrtime.bigint();
-    res.on('finish', () => record(false));
-    res.on('close', () => record(true));
-    let done = false;
-    function record(closed: boolean) {
-      if (done) return;
-      done = true;
-      const route = routeTemplate(req);
-      const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-      const status = closed && !res.writableFinished ? 499 : res.statusCode;
-      metrics.httpRequests.inc({ route, method: req.method, status: String(status) });
-      metrics.httpDuration.observe({ route, method: req.method }, seconds);
-      if (route === '/metrics' || route === '/healthz' || route === '/readyz') return;
-      logger.info(
-        {
-          requestId: res.locals.requestId,
-          method: req.method,
-          route,
-          status,
-          ms: Math.round(seconds * 1e4) / 10,
-          account: res.locals.principal?.accountId,
-        },
-        'request',
-      );
-    }
+  // Shared by every response (`this` is the response): no closure per request.
+  function record(res: Timed, closed: boolean) {
+    const start = res[STARTED];
+    if (start === undefined) return;
+    res[STARTED] = undefined;
+    const req = res.req;
+    const route = routeTemplate(req);
+    const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+    const status = closed && !res.writableFinished ? 499 : res.statusCode;
+    metrics.httpRequestCells.add(1, route, req.method, status);
+    metrics.httpDuration.observe({ route, method: req.method }, seconds);
+    if (route === '/metrics' || route === '/healthz' || route === '/readyz') return;
+    if (!logger.isLevelEnabled('info')) return; // the line's object is not even built
+    logger.info(
+      {
+        requestId: res.locals.requestId,
+        method: req.method,
+        route,
+        status,
+        ms: Math.round(seconds * 1e4) / 10,
+        account: res.locals.principal?.accountId,
+      },
+      'request',
+    );
+  }
+  function onFinish(this: Timed) {
+    record(this, false);
+  }
+  function onClose(this: Timed) {
+    record(this, true);
+  }
+  return (_req, res, next) => {
+    (res as Timed)[STARTED] = process.hrtime.bigint();
+    res.on('finish', onFinish);
+    res.on('close', onClose);
     next();
   };
 }
@@ -122,48 +135,63 @@ function parseJsonText(buf: Buffer): unknown {
   }
 }
 
+/** A body being read by readJson(): on the request itself, so its listeners are shared. */
+const READING = Symbol('json body read');
+interface Reading {
+  length: number;
+  received: number;
+  first: Buffer | undefined;
+  chunks: Buffer[] | undefined;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+type Read = express.Request & { [READING]?: Reading };
+
+function stopReading(req: Read): Reading | undefined {
+  const r = req[READING];
+  if (!r) return undefined;
+  req[READING] = undefined;
+  req.off('data', onBodyData);
+  req.off('end', onBodyEnd);
+  req.off('aborted', onBodyCut);
+  req.off('close', onBodyCut);
+  req.off('error', onBodyError);
+  return r;
+}
+function onBodyData(this: Read, chunk: Buffer) {
+  const r = this[READING]!;
+  r.received += chunk.length;
+  if (!r.first) r.first = chunk;
+  else (r.chunks ??= [r.first]).push(chunk);
+}
+function onBodyEnd(this: Read) {
+  const r = stopReading(this);
+  if (!r) return;
+  if (r.received !== r.length)
+    return r.reject(new ApiError('invalid_json', { message: 'The request could not be read' }));
+  try {
+    this.body = parseJsonText(r.chunks ? Buffer.concat(r.chunks, r.received) : r.first!);
+    r.resolve();
+  } catch (err) {
+    r.reject(err);
+  }
+}
+function onBodyCut(this: Read) {
+  stopReading(this)?.reject(new ApiError('invalid_json', { message: 'Request body was cut short' }));
+}
+function onBodyError(this: Read) {
+  stopReading(this)?.reject(new ApiError('invalid_json', { message: 'The request could not be read' }));
+}
+
 /** Reads a body of exactly `length` bytes into `req.body` as JSON. */
-function readJson(req: express.Request, length: number): Promise<void> {
+function readJson(req: Read, length: number): Promise<void> {
   return new Promise<void>((resolve, reject) => {
-    let first: Buffer | undefined;
-    let chunks: Buffer[] | undefined;
-    let received = 0;
-    const cleanup = () => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('aborted', onCut);
-      req.off('close', onCut);
-      req.off('error', onError);
-    };
-    const onData = (chunk: Buffer) => {
-      received += chunk.length;
-      if (!first) first = chunk;
-      else (chunks ??= [first]).push(chunk);
-    };
-    const onEnd = () => {
-      cleanup();
-      if (received !== length)
-        return reject(new ApiError('invalid_json', { message: 'The request could not be read' }));
-      try {
-        req.body = parseJsonText(chunks ? Buffer.concat(chunks, received) : first!);
-        resolve();
-      } catch (err) {
-        reject(err);
-      }
-    };
-    const onCut = () => {
-      cleanup();
-      reject(new ApiError('invalid_json', { message: 'Request body was cut short' }));
-    };
-    const onError = () => {
-      cleanup();
-      reject(new ApiError('invalid_json', { message: 'The request could not be read' }));
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('aborted', onCut);
-    req.on('close', onCut);
-    req.on('error', onError);
+    req[READING] = { length, received: 0, first: undefined, chunks: undefined, resolve, reject };
+    req.on('data', onBodyData);
+    req.on('end', onBodyEnd);
+    req.on('aborted', onBodyCut);
+    req.on('close', onBodyCut);
+    req.on('error', onBodyError);
   });
 }
 

@@ -42,32 +42,45 @@ const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff
  * strings (keys included) a database can store. 400 `validation_error` naming the place otherwise.
  */
 export function checkJson(value: unknown, what: string, options: { text: boolean }): void {
-  const walk = (v: unknown, at: string, depth: number): void => {
+  // The keys down to the value being checked; its place's name is built only for an error.
+  const keys: string[] = [];
+  const place = () => {
+    let at = '';
+    for (const k of keys) at = at ? `${at}.${k}` : k;
+    return at;
+  };
+  const walk = (v: unknown, depth: number): void => {
     if (typeof v === 'string') {
-      if (options.text && UNSTORABLE.test(v))
+      if (options.text && UNSTORABLE.test(v)) {
+        const at = place();
         throw new ApiError('validation_error', {
           message: `Invalid ${what}: ${at || 'value'}: must not contain NUL characters or unpaired surrogates`,
           param: at || null,
         });
+      }
       return;
     }
     if (typeof v !== 'object' || v === null) return;
-    if (depth >= MAX_JSON_DEPTH)
+    if (depth >= MAX_JSON_DEPTH) {
+      const at = place();
       throw new ApiError('validation_error', {
         message: `Invalid ${what}: nested more than ${MAX_JSON_DEPTH} levels deep`,
         param: at || null,
       });
-    for (const [k, child] of Object.entries(v)) {
-      const place = at ? `${at}.${k}` : k;
+    }
+    const o = v as Record<string, unknown>;
+    for (const k of Object.keys(o)) {
       if (options.text && UNSTORABLE.test(k))
         throw new ApiError('validation_error', {
           message: `Invalid ${what}: a field name must not contain NUL characters or unpaired surrogates`,
           param: null,
         });
-      walk(child, place, depth + 1);
+      keys.push(k);
+      walk(o[k], depth + 1);
+      keys.pop();
     }
   };
-  walk(value, '', 0);
+  walk(value, 0);
 }
 
 /** A human-readable name: no control characters (a newline would forge lines in logs). */

@@ -116,7 +116,7 @@ export function pickModel(
 }
 
 /** Cosine similarity of unit-free vectors (0 when either is zero). */
-export function cosine(a: readonly number[], b: readonly number[]): number {
+export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let dot = 0;
   let na = 0;
   let nb = 0;

@@ -56,6 +56,8 @@ export interface RouteMatcherDeps {
   count?: (outcome: RouteOutcome) => void;
   /** Accounts whose example vectors are kept (least recently used evicted; default 1000). */
   maxAccounts?: number;
+  /** Example vector values kept in all, as float32 (default 32 Mi = 128 MiB; least recently used evicted). */
+  maxFloats?: number;
   now?: () => number;
 }
 
@@ -74,7 +76,7 @@ export interface RouteMatcher {
 interface RouteVectors {
   name: string;
   model: string;
-  vectors: number[][];
+  vectors: Float32Array[];
 }
 
 interface Examples {
@@ -82,6 +84,8 @@ interface Examples {
   ready?: RouteVectors[];
   pending?: Promise<RouteVectors[]>;
   failedAt?: number;
+  /** Float values held by `ready` while it is in the cache. */
+  floats: number;
 }
 
 /** The text a request asks about: the last user message of `messages` or `input`, or `prompt`. */
@@ -174,6 +178,8 @@ const message = (err: unknown) => (err instanceof Error ? err.message : String(e
 export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
   const now = deps.now ?? (() => performance.now());
   const max = deps.maxAccounts ?? 1000;
+  const maxFloats = deps.maxFloats ?? 32 * 1024 * 1024;
+  let floats = 0;
   const examplesTimeoutMs = deps.examplesTimeoutMs ?? 30_000;
   const cache = new Map<string, Examples>();
 
@@ -198,13 +204,26 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
         requestId: `olympus-examples-${accountId}`,
         signal: AbortSignal.timeout(examplesTimeoutMs),
       });
-      batch.forEach((b, j) => out[b.route]!.vectors.push(vectors[j]!));
+      batch.forEach((b, j) => out[b.route]!.vectors.push(Float32Array.from(vectors[j]!)));
     }
     deps.logger.info(
       { accountId, embeddingModel: model.name, examples: flat.length },
       'olympus: route examples embedded',
     );
     return out;
+  };
+
+  const remove = (accountId: string, entry: Examples) => {
+    cache.delete(accountId);
+    floats -= entry.floats;
+    entry.floats = 0;
+  };
+  /** The least recently used accounts' vectors go while over either limit (never `keep`'s). */
+  const evict = (keep: Examples) => {
+    for (const [accountId, entry] of cache) {
+      if (cache.size <= max && floats <= maxFloats) return;
+      if (entry !== keep) remove(accountId, entry);
+    }
   };
 
   /** The example vectors of this policy version: ready, pending (started now if need be), or failed. */
@@ -214,7 +233,7 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
     model: CatalogModel,
   ): RouteVectors[] | Promise<RouteVectors[]> | Error => {
     const key = keyOf(policy, model);
-    let entry = cache.get(accountId);
+    const entry = cache.get(accountId);
     if (entry && entry.key === key) {
       cache.delete(accountId);
       cache.set(accountId, entry);
@@ -223,12 +242,16 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
       if (entry.failedAt !== undefined && now() - entry.failedAt < RETRY_MS)
         return new Error('the route examples could not be embedded (retried after 5 s)');
     }
-    const e: Examples = { key };
-    entry = e;
+    const e: Examples = { key, floats: 0 };
     e.pending = embedExamples(accountId, policy, model).then(
       (ready) => {
         delete e.pending;
         e.ready = ready;
+        if (cache.get(accountId) === e) {
+          e.floats = ready.reduce((n, r) => n + r.vectors.reduce((m, v) => m + v.length, 0), 0);
+          floats += e.floats;
+          evict(e);
+        }
         return ready;
       },
       (err: unknown) => {
@@ -242,9 +265,9 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
       },
     );
     e.pending.catch(() => {}); // awaited by requests; a warm() nobody waits for must not go unhandled
-    cache.delete(accountId);
+    if (entry) remove(accountId, entry);
     cache.set(accountId, e);
-    while (cache.size > max) cache.delete(cache.keys().next().value!);
+    evict(e);
     return e.pending;
   };
 
@@ -264,15 +287,28 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
       if (!model) return done({ outcome: 'no_embedding_model' });
       const text = bounded(prompt, Math.min(PROMPT_CHARS, model.contextLength ?? PROMPT_CHARS));
       if (!text) return done({ outcome: 'no_prompt', embeddingModel: model.name });
-      const budget = AbortSignal.timeout(deps.timeoutMs);
+      // One signal for the call: the request's own, the budget, or a cancel below (a plain
+      // controller and a cleared timer, cheaper per request than AbortSignal.any/timeout).
       const stop = new AbortController();
-      const signal = AbortSignal.any([call.signal, budget, stop.signal]);
+      const signal = stop.signal;
+      let timeout = false;
+      const timer = setTimeout(() => {
+        timeout = true;
+        stop.abort(new DOMException(`over ${deps.timeoutMs} ms`, 'TimeoutError'));
+      }, deps.timeoutMs);
+      const cancel = () => stop.abort(call.signal.reason);
+      if (call.signal.aborted) cancel();
+      else call.signal.addEventListener('abort', cancel, { once: true });
+      let inFlight = true;
       try {
         const known = examples(accountId, policy, model);
         if (known instanceof Error) throw known;
+        const embedding = deps.caller
+          .embed({ model, inputs: [text], requestId: call.requestId, signal })
+          .finally(() => (inFlight = false));
         const [routes, vectors] = await Promise.all([
           Array.isArray(known) ? known : until(known, signal),
-          deps.caller.embed({ model, inputs: [text], requestId: call.requestId, signal }),
+          embedding,
         ]);
         const prompt = vectors[0]!;
         let nearest: RouteMatch['nearest'];
@@ -288,7 +324,6 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
           ...(nearest ? { nearest } : {}),
         });
       } catch (err) {
-        const timeout = budget.aborted;
         deps.logger.warn(
           { accountId, requestId: call.requestId, embeddingModel: model.name, err: message(err) },
           timeout
@@ -300,7 +335,10 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
           embeddingModel: model.name,
         });
       } finally {
-        stop.abort();
+        // Cancel the embedding call if it still runs (the examples failed or timed out first).
+        clearTimeout(timer);
+        call.signal.removeEventListener('abort', cancel);
+        if (inFlight) stop.abort();
       }
     },
   };

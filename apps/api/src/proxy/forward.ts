@@ -190,6 +190,40 @@ function modelRenamer(r: { from: string; to: string }): (b: Buffer) => Buffer {
   };
 }
 
+// The Content-Type Express's res.type() makes of an engine's (`application/json` → with
+// `; charset=utf-8`), remembered: the engines send one or two distinct values.
+const contentTypes = new Map<string, string>();
+
+/**
+ * `res.status(status).type(contentType).send(buf)` for the common answer (a 200 to a GET or POST
+ * without conditional headers) without Express's per-call header handling: the same status, headers
+ * and body. Anything else goes to Express as it is.
+ */
+function send(res: Response, status: number, contentType: string, buf: Buffer): void {
+  const type = contentTypes.get(contentType);
+  const r = res.req;
+  if (
+    status !== 200 ||
+    type === undefined ||
+    r.method === 'HEAD' ||
+    // Express's freshness check (a GET with If-None-Match: * becomes a 304)
+    r.headers['if-none-match'] !== undefined ||
+    r.headers['if-modified-since'] !== undefined ||
+    res.getHeader('content-type') !== undefined
+  ) {
+    res.status(status).type(contentType).send(buf);
+    if (type === undefined && contentTypes.size < 16) {
+      const made = res.getHeader('content-type');
+      if (typeof made === 'string') contentTypes.set(contentType, made);
+    }
+    return;
+  }
+  res.statusCode = 200;
+  res.setHeader('Content-Type', type);
+  res.setHeader('Content-Length', buf.length);
+  res.end(buf);
+}
+
 /**
  * One non-streamed call read whole (a managed tool loop's model step): the parsed JSON answer.
  * The same connection and retry rules as forward(); nothing is written anywhere.
@@ -239,7 +273,7 @@ export async function forward(
   if (!contentType.startsWith('text/event-stream')) {
     let buf: Buffer = Buffer.from(await upstream.body.arrayBuffer());
     if (req.renameModel) buf = modelRenamer(req.renameModel)(buf);
-    res.status(upstream.statusCode).type(contentType).send(buf);
+    send(res, upstream.statusCode, contentType, buf);
     try {
       return usageOf(JSON.parse(buf.toString('utf8')));
     } catch {

@@ -16,35 +16,63 @@ export interface CallScope {
   end(): void;
 }
 
-export function callScope(res: Response, revocation: AbortSignal | undefined, limitMs: number): CallScope {
-  const controller = new AbortController();
-  const onClose = () => {
-    if (!res.writableFinished) controller.abort(new ClientGone());
-  };
-  res.on('close', onClose);
-  const limit = setTimeout(
-    () =>
-      controller.abort(
-        new ApiError('gateway_timeout', {
-          message: `The request exceeded the wall-clock limit of ${seconds(limitMs)}`,
-        }),
-      ),
-    limitMs,
+/** The scope of the call a response answers (its 'close' listener is shared by every response). */
+const SCOPE = Symbol('call scope');
+type Scoped = Response & { [SCOPE]?: Scope };
+
+function onResponseClose(this: Scoped) {
+  if (!this.writableFinished) this[SCOPE]?.controller.abort(new ClientGone());
+}
+
+function onLimit(scope: Scope) {
+  scope.controller.abort(
+    new ApiError('gateway_timeout', {
+      message: `The request exceeded the wall-clock limit of ${seconds(scope.limitMs)}`,
+    }),
   );
-  const revoked = () => controller.abort(revocation?.reason);
-  revocation?.addEventListener('abort', revoked, { once: true });
-  // The API shutting down past its grace (server.ts): the call ends with an error the client sees.
-  const shutdown = res.app?.locals.shutdown as AbortSignal | undefined;
-  const stopping = () => controller.abort(shutdown?.reason);
-  if (shutdown?.aborted) stopping();
-  else shutdown?.addEventListener('abort', stopping, { once: true });
-  return {
-    signal: controller.signal,
-    end() {
-      clearTimeout(limit);
-      res.off('close', onClose);
-      revocation?.removeEventListener('abort', revoked);
-      shutdown?.removeEventListener('abort', stopping);
-    },
-  };
+}
+
+/**
+ * One object per call, no closures: it listens to the revocation and shutdown signals itself
+ * (handleEvent: either one aborts the call with its own reason).
+ */
+class Scope implements CallScope {
+  readonly controller = new AbortController();
+  private readonly limit: NodeJS.Timeout;
+  private readonly shutdown: AbortSignal | undefined;
+
+  constructor(
+    private readonly res: Scoped,
+    private readonly revocation: AbortSignal | undefined,
+    readonly limitMs: number,
+  ) {
+    res[SCOPE] = this;
+    res.on('close', onResponseClose);
+    this.limit = setTimeout(onLimit, limitMs, this);
+    revocation?.addEventListener('abort', this, { once: true });
+    // The API shutting down past its grace (server.ts): the call ends with an error the client sees.
+    this.shutdown = res.app?.locals.shutdown as AbortSignal | undefined;
+    if (this.shutdown?.aborted) this.controller.abort(this.shutdown.reason);
+    else this.shutdown?.addEventListener('abort', this, { once: true });
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  handleEvent(event: Event): void {
+    this.controller.abort((event.target as AbortSignal).reason);
+  }
+
+  end(): void {
+    clearTimeout(this.limit);
+    this.res.off('close', onResponseClose);
+    if (this.res[SCOPE] === this) this.res[SCOPE] = undefined;
+    this.revocation?.removeEventListener('abort', this);
+    this.shutdown?.removeEventListener('abort', this);
+  }
+}
+
+export function callScope(res: Response, revocation: AbortSignal | undefined, limitMs: number): CallScope {
+  return new Scope(res, revocation, limitMs);
 }

@@ -18,7 +18,7 @@ import type { RateLimiter } from '../proxy/ratelimit.ts';
 import { callScope, ClientGone, seconds } from '../proxy/scope.ts';
 import type { UsageRecorder } from '../proxy/usage.ts';
 import { affinityKey } from '../upstream/affinity.ts';
-import type { Refusal, Upstream } from '../upstream/types.ts';
+import type { Acquired, Lease, Refusal, Upstream } from '../upstream/types.ts';
 
 export interface DedicatedDeps {
   endpoints: EndpointCache;
@@ -273,13 +273,11 @@ export function dedicatedFastPath(
     await authenticate(req, res);
     const reading = readBody(req, res);
     if (reading) await reading;
-    let parsed: { value: unknown } | undefined;
-    const body = () => {
-      if (!parsed) checkJson(req.body, 'request body', { text: familyOf(req.originalUrl) === 'simple' });
-      parsed ??= { value: method === 'post' ? parse(jsonObjectBody, req.body) : undefined };
-      return parsed.value;
-    };
-    await serve(deps, req, res, callerOf(res), method, upstreamPath, body);
+    // The registered route's body(): checked, then (POST) the schema's 400 (serve() asks once).
+    await serve(deps, req, res, callerOf(res), method, upstreamPath, () => {
+      checkJson(req.body, 'request body', { text: familyOf(req.originalUrl) === 'simple' });
+      return method === 'post' ? parse(jsonObjectBody, req.body) : undefined;
+    });
   }
 }
 
@@ -306,29 +304,36 @@ export async function callDedicated(
   const payload = call.payload && servedModelBody(endpoint, call.payload);
 
   const scope = callScope(res, caller.signal, deps.config.requestTimeoutMs);
-  let release = () => {};
+  let lease: Lease | undefined;
   try {
     const hold = req.get(HOLD_HEADER)?.toLowerCase() === 'false' ? 0 : deps.config.wakeHoldMs;
-    const phase = () => deps.endpoints.get(id)?.status?.phase ?? 'waking';
-    const sleeping = ['hibernated', 'waking'].includes(phase());
-    // A streaming request held while the endpoint wakes gets its headers at once and SSE comments
-    // (`: waking …`) so proxies keep the connection and the user sees progress.
-    const stopBeats =
-      hold > 0 && sleeping && payload?.stream === true
-        ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
-        : () => {};
-    const unhold = sleeping && hold > 0 && metrics ? metrics.held(id) : () => {};
-    const acquired = await deps.upstream
-      .acquire(endpoint, { hold, signal: scope.signal, key: affinityKey(payload) })
-      .finally(() => (stopBeats(), unhold()));
+    const now = deps.endpoints.get(id)?.status?.phase ?? 'waking';
+    const options = { hold, signal: scope.signal, key: affinityKey(payload) };
+    let acquired: Acquired;
+    if (now === 'hibernated' || now === 'waking') {
+      const phase = () => deps.endpoints.get(id)?.status?.phase ?? 'waking';
+      // A streaming request held while the endpoint wakes gets its headers at once and SSE comments
+      // (`: waking …`) so proxies keep the connection and the user sees progress.
+      const stopBeats =
+        hold > 0 && payload?.stream === true
+          ? wakeHeartbeat(res, phase, deps.config.wakeHeartbeatMs)
+          : undefined;
+      const unhold = hold > 0 && metrics ? metrics.held(id) : undefined;
+      try {
+        acquired = await deps.upstream.acquire(endpoint, options);
+      } finally {
+        stopBeats?.();
+        unhold?.();
+      }
+    } else acquired = await deps.upstream.acquire(endpoint, options);
     if (!acquired.ok) {
       if (acquired.reason === 'aborted') throw scope.signal.reason;
       throw refusalError(id, acquired, deps.config.wakeHoldMs);
     }
-    release = () => acquired.lease.release();
+    lease = acquired.lease;
     const usage = await forward(
       {
-        upstream: acquired.lease,
+        upstream: lease,
         method: method === 'post' ? 'POST' : 'GET',
         path: upstreamPath,
         body: payload,
@@ -351,6 +356,6 @@ export async function callDedicated(
     throw err;
   } finally {
     scope.end();
-    release();
+    lease?.release();
   }
 }

@@ -98,7 +98,8 @@ export function engineLoadSampler(o: EngineLoadOptions): EngineLoadSampler {
     keepAliveTimeout: Math.max(10_000, 4 * interval),
   });
   const inFlight = new Set<ReplicaLoad>();
-  const failing = new Set<string>();
+  /** Replicas whose last scrape failed (their first failure is logged, and their recovery). */
+  const failing = new WeakSet<ReplicaLoad>();
 
   const scrape = async (r: ReplicaLoad): Promise<void> => {
     if (inFlight.has(r)) return; // the previous scrape is still waiting for its timeout
@@ -120,14 +121,15 @@ export function engineLoadSampler(o: EngineLoadOptions): EngineLoadSampler {
       const running = gaugeSum(text, RUNNING);
       const waiting = gaugeSum(text, WAITING);
       if (running === undefined && waiting === undefined) throw new Error(`no ${RUNNING} in /metrics`);
+      if (closed) return; // closed while this scrape was on its way
       r.others = othersFromSample((running ?? 0) + (waiting ?? 0), ownAtSend, r.inFlight);
       r.sampledAt = Date.now();
       o.onSample?.('ok');
-      if (failing.delete(r.origin)) o.logger.info({ replica: r.origin }, 'engine load sampling works again');
+      if (failing.delete(r)) o.logger.info({ replica: r.origin }, 'engine load sampling works again');
     } catch (err) {
       o.onSample?.('failed');
-      if (!failing.has(r.origin)) {
-        failing.add(r.origin);
+      if (!failing.has(r)) {
+        failing.add(r);
         o.logger.warn(
           { replica: r.origin, err: (err as Error).message },
           'cannot read the engine load (/metrics); routing on this API replica’s own count there',

@@ -1,6 +1,7 @@
 // The Kubernetes runtime's adapters for the API: the endpoint cache and writes, the pod watch that
 // tells where replicas listen, and the log reader, all in BERTH_NAMESPACE.
 import { KubeConfig } from '@kubernetes/client-node';
+import { reuseConnections } from '@berth/operator';
 import type { Logger } from 'pino';
 import type { Backends, EndpointLogs, Endpoints } from '../ports.ts';
 import { k8sEndpoints } from './endpoints.ts';
@@ -11,7 +12,8 @@ export function loadKubeConfig(kubeconfig?: string): KubeConfig {
   const kc = new KubeConfig();
   if (kubeconfig) kc.loadFromFile(kubeconfig);
   else kc.loadFromCluster();
-  return kc;
+  // One keep-alive connection pool, not a TLS handshake per request (see the operator's connections.ts).
+  return reuseConnections(kc);
 }
 
 export function kubernetesAdapters(
