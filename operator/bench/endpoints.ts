@@ -29,6 +29,7 @@ import {
   etcdDbMiB,
   metric,
   metricBy,
+  noOpResync,
   releaseAll,
   watchUntil,
 } from './lib.ts';
@@ -199,29 +200,8 @@ const reconciles = (
   await op.metrics.registry.getSingleMetricAsString('berth_operator_reconciles_total')
 ).trim();
 
-// A no-op resync: the periodic resync puts every endpoint on the queue while nothing changed. From
-// the first pass it starts to the N-th: its duration, and the writes it made (should be none).
-const passes0 = await metric(op, 'berth_operator_reconciles_total');
-const writes0 = await metric(op, 'berth_operator_api_writes_total');
-const requests0 = requests.count;
-let resyncStart = 0;
-let resyncEnd = 0;
-const resyncDeadline = Date.now() + (RESYNC_SECONDS + 600) * 1000;
-while (Date.now() < resyncDeadline) {
-  const passes = (await metric(op, 'berth_operator_reconciles_total')) - passes0;
-  if (passes > 0 && !resyncStart) resyncStart = Date.now();
-  if (passes >= N) {
-    resyncEnd = Date.now();
-    break;
-  }
-  await new Promise((r) => setTimeout(r, 50));
-}
-const resync = {
-  passes: (await metric(op, 'berth_operator_reconciles_total')) - passes0,
-  seconds: resyncEnd ? +((resyncEnd - resyncStart) / 1000).toFixed(2) : null,
-  writes: (await metric(op, 'berth_operator_api_writes_total')) - writes0,
-  requests: requests.count - requests0,
-};
+// A no-op resync: the periodic resync puts every endpoint on the queue while nothing changed.
+const resync = await noOpResync(op, requests, N, RESYNC_SECONDS, 50);
 process.stdout.write(
   JSON.stringify(
     {

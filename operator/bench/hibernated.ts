@@ -26,6 +26,7 @@ import {
   metric,
   metricBy,
   mib,
+  noOpResync,
   pool,
   releaseAll,
   sleep,
@@ -159,29 +160,8 @@ try {
   out.etcdDbMiB = { before: etcdBefore, peak: etcdPeak, after: await etcdDbMiB() };
 
   // The no-op resync: from its first pass to its N-th, with nothing changed.
-  const passes0 = await metric(op, 'berth_operator_reconciles_total');
-  const writes0 = await metric(op, 'berth_operator_api_writes_total');
-  const requests0 = requests.count;
-  let resyncStart = 0;
-  let resyncEnd = 0;
-  let heapPeak = 0;
-  const deadline = Date.now() + (RESYNC_SECONDS + 600) * 1000;
-  while (Date.now() < deadline) {
-    const passes = (await metric(op, 'berth_operator_reconciles_total')) - passes0;
-    if (passes > 0 && !resyncStart) resyncStart = Date.now();
-    if (resyncStart) heapPeak = Math.max(heapPeak, process.memoryUsage().heapUsed);
-    if (passes >= N) {
-      resyncEnd = Date.now();
-      break;
-    }
-    await sleep(passes > 0 ? 20 : 200);
-  }
   out.noOpResync = {
-    passes: (await metric(op, 'berth_operator_reconciles_total')) - passes0,
-    seconds: resyncEnd ? +((resyncEnd - resyncStart) / 1000).toFixed(2) : null,
-    writes: (await metric(op, 'berth_operator_api_writes_total')) - writes0,
-    requests: requests.count - requests0,
-    heapPeakMiB: mib(heapPeak),
+    ...(await noOpResync(op, requests, N, RESYNC_SECONDS, 200)),
     rssMiB: mib(process.memoryUsage().rss),
   };
   log('resync', out.noOpResync);

@@ -69,6 +69,51 @@ export async function metric(op: OperatorHandle, name: string): Promise<number> 
   );
 }
 
+/**
+ * A no-op resync: the periodic resync (every `resyncSeconds`) puts each of the `n` endpoints on the
+ * queue while nothing changed. From its first pass to its n-th: the duration, the writes it made
+ * (should be none), the Kubernetes requests, and the heap's peak meanwhile. Polls every `idleMs`
+ * until the first pass, then every 20 ms.
+ */
+export async function noOpResync(
+  op: OperatorHandle,
+  requests: { readonly count: number },
+  n: number,
+  resyncSeconds: number,
+  idleMs: number,
+): Promise<{
+  passes: number;
+  seconds: number | null;
+  writes: number;
+  requests: number;
+  heapPeakMiB: number;
+}> {
+  const passes0 = await metric(op, 'berth_operator_reconciles_total');
+  const writes0 = await metric(op, 'berth_operator_api_writes_total');
+  const requests0 = requests.count;
+  let start = 0;
+  let end = 0;
+  let heapPeak = 0;
+  const deadline = Date.now() + (resyncSeconds + 600) * 1000;
+  while (Date.now() < deadline) {
+    const passes = (await metric(op, 'berth_operator_reconciles_total')) - passes0;
+    if (passes > 0 && !start) start = Date.now();
+    if (start) heapPeak = Math.max(heapPeak, process.memoryUsage().heapUsed);
+    if (passes >= n) {
+      end = Date.now();
+      break;
+    }
+    await sleep(passes > 0 ? 20 : idleMs);
+  }
+  return {
+    passes: (await metric(op, 'berth_operator_reconciles_total')) - passes0,
+    seconds: end ? +((end - start) / 1000).toFixed(2) : null,
+    writes: (await metric(op, 'berth_operator_api_writes_total')) - writes0,
+    requests: requests.count - requests0,
+    heapPeakMiB: mib(heapPeak),
+  };
+}
+
 export async function metricBy(
   op: OperatorHandle,
   name: string,
