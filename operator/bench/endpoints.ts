@@ -27,10 +27,13 @@ import {
   countRequests,
   createAsApi,
   etcdDbMiB,
+  histogramSum,
   metric,
   metricBy,
+  monitorPhase,
   noOpResync,
   releaseAll,
+  startCpuProfile,
   watchUntil,
 } from './lib.ts';
 
@@ -93,6 +96,7 @@ const build = {
   modelCache: config.modelCache,
   hfEndpoint: fakeHub.url,
 };
+const baseMon = await monitorPhase();
 const tb = Date.now();
 for (let i = 0; i < N; i += 25) {
   await Promise.all(
@@ -129,8 +133,10 @@ const ready = await watchUntil(
   (d: V1Deployment) => (d.status?.readyReplicas ?? 0) >= 1,
   N,
   15 * 60_000,
+  baseMon.progress,
 );
 const baseReady = Date.now() - tb;
+const baselinePhase = await baseMon.end();
 await base.remove();
 // Let the garbage collector and kwok finish with the baseline's pods before Berth's run.
 for (let i = 0; i < 300; i++) {
@@ -142,6 +148,11 @@ for (let i = 0; i < 300; i++) {
 // Only the operator's own requests from here on (the bench's own are subtracted below).
 requests.reset();
 const op = await start(config);
+const berthMon = await monitorPhase();
+// BERTH_BENCH_CPU_PROFILE=file.cpuprofile: a CPU profile of this process during Berth's phase only.
+const stopProfile = process.env.BERTH_BENCH_CPU_PROFILE
+  ? await startCpuProfile(process.env.BERTH_BENCH_CPU_PROFILE)
+  : undefined;
 
 const t0 = Date.now();
 // The bench's own requests (its creates and its watch), subtracted from the operator's count.
@@ -172,9 +183,14 @@ const up = await watchUntil(
   (e) => e.status?.phase === 'up',
   N,
   15 * 60_000,
+  berthMon.progress,
 );
 benchOwn += 2; // its watch: one list, one watch request
 const allUp = Date.now() - t0;
+await stopProfile?.();
+const berthPhase = await berthMon.end();
+// Little's law: the mean number of passes in flight is the passes' total time over the wall time.
+const passSeconds = await histogramSum(op, 'berth_operator_reconcile_duration_seconds');
 // What it took the operator to bring the N up (requests: the operator's own, the bench's subtracted).
 const toUp = {
   requests: requests.count - benchOwn,
@@ -230,6 +246,11 @@ process.stdout.write(
       totalRequests: requests.count,
       reconciles,
       noOpResync: resync,
+      passes: {
+        meanSeconds: +(passSeconds.sum / (passSeconds.count || 1)).toFixed(3),
+        meanInFlight: +(passSeconds.sum / (allUp / 1000)).toFixed(1),
+      },
+      phases: { baseline: baselinePhase, berth: berthPhase },
     },
     null,
     1,
