@@ -19,6 +19,7 @@ import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
 import { desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
 import type { KubernetesListObject, KubernetesObject, V1Deployment } from '@kubernetes/client-node';
+import { DiscoveryV1Api } from '@kubernetes/client-node';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
 import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
@@ -137,13 +138,31 @@ const ready = await watchUntil(
 );
 const baseReady = Date.now() - tb;
 const baselinePhase = await baseMon.end();
-await base.remove();
-// Let the garbage collector and kwok finish with the baseline's pods before Berth's run.
-for (let i = 0; i < 300; i++) {
-  const pods = await baseCluster.core.listNamespacedPod({ namespace: base.name }).catch(() => undefined);
-  if (!pods?.items.length) break;
-  await new Promise((r) => setTimeout(r, 2000));
-}
+// The baseline's objects are removed, and the control plane done with removing them, before Berth's
+// run: its Deployments and Services deleted directly, then waiting until no Deployment, ReplicaSet,
+// pod, Service or EndpointSlice of it is left. (Deleting the namespace instead let its teardown run
+// through Berth's phase: the namespace controller backs off between attempts, and the Deployment
+// controller kept trying to create ReplicaSets in the terminating namespace, minutes long.) The
+// namespace itself, with its Events, goes at the end.
+const tTeardown = Date.now();
+await baseCluster.apps.deleteCollectionNamespacedDeployment({
+  namespace: base.name,
+  propagationPolicy: 'Background',
+});
+await baseCluster.core.deleteCollectionNamespacedService({ namespace: base.name });
+const baseLeft = async () => {
+  const one = { namespace: base.name, limit: 1 };
+  const lists = await Promise.all([
+    baseCluster.apps.listNamespacedDeployment(one),
+    baseCluster.apps.listNamespacedReplicaSet(one),
+    baseCluster.core.listNamespacedPod(one),
+    baseCluster.core.listNamespacedService(one),
+    baseCluster.kc.makeApiClient(DiscoveryV1Api).listNamespacedEndpointSlice(one),
+  ]).catch(() => undefined);
+  return !lists || lists.some((l) => l.items.length > 0);
+};
+for (let i = 0; i < 300 && (await baseLeft()); i++) await new Promise((r) => setTimeout(r, 2000));
+const baselineTeardownSeconds = +((Date.now() - tTeardown) / 1000).toFixed(1);
 
 // Only the operator's own requests from here on (the bench's own are subtracted below).
 requests.reset();
@@ -227,6 +246,7 @@ process.stdout.write(
       benchNodes: NODES,
       baselineDeploymentsReady: ready,
       baselineAllReadySeconds: +(baseReady / 1000).toFixed(1),
+      baselineTeardownSeconds,
       ratioToBaseline: +(allUp / baseReady).toFixed(2),
       createdMs: created,
       up,
@@ -261,6 +281,7 @@ await op.stop();
 await fakeHub.close();
 await releaseAll(k);
 await ns.remove();
+await base.remove();
 await kubectlOk([
   'delete',
   'node',
