@@ -155,7 +155,9 @@ export async function startApi(
         backends: runtime.backends,
         logger,
         onWoken: epMetrics.woken,
-        engineLoadIntervalMs: config.ENGINE_LOAD_SAMPLE_MS,
+        // Local mode: this one API process starts every engine and sends it every call, so the
+        // engines' own counts are its own: nothing to sample.
+        engineLoadIntervalMs: kind === 'local' ? 0 : config.ENGINE_LOAD_SAMPLE_MS,
         onEngineSample: (outcome) => metrics.engineLoadSamples.inc({ outcome }),
       });
       if (kind === 'kubernetes')
