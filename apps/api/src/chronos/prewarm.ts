@@ -7,12 +7,19 @@
 // wake-on-demand path (PlatformUpstream.wake: the wake annotation, skipped when the endpoint already
 // carries a wake newer than its hibernation). Nothing is reserved or charged: the endpoints are the
 // platform's, and the run pays for its steps when they run.
+//
+// A step on `auto` wakes the endpoint of the model Olympus would choose for it now, with the live
+// path's own chooseModel() (./execute.ts chooseStepModel): a matching policy route's model (cold or
+// not), else the objective's choice among the models as they are now (a warm one first, so an `auto`
+// step wakes a pool only when no allowed model is warm). The route match costs one embedding call,
+// not charged; a prompt that uses an earlier step's output is matched with those outputs empty.
 import type { DedicatedEndpoint } from '@berth/crds';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
-import type { OlympusRepository } from '../repositories/olympus.ts';
-import { resolveModel } from './execute.ts';
-import type { Step } from './steps.ts';
+import type { CatalogModel } from '../elastic/entry.ts';
+import { ApiError } from '../errors.ts';
+import { chooseStepModel, type StepDeps } from './execute.ts';
+import { renderStep, type Step } from './steps.ts';
 
 export interface PrewarmPlatform {
   endpoints: Pick<EndpointCache, 'get'>;
@@ -27,10 +34,7 @@ export interface PrewarmTarget {
   step: number;
 }
 
-type CatalogDeps = {
-  catalog: Pick<ElasticCatalog, 'get' | 'list'>;
-  olympus?: Pick<OlympusRepository, 'get'>;
-};
+type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes' | 'caller'>;
 
 /**
  * Whether a run with these steps may call a platform endpoint (decided when its fire is queued):
@@ -50,15 +54,24 @@ export function mayCallEndpoint(catalog: Pick<ElasticCatalog, 'get'>, steps: rea
  * without a wake; one that is building, failed or terminating is skipped by the call too).
  */
 export async function prewarmTargets(
-  deps: CatalogDeps & { platform: PrewarmPlatform },
+  deps: ChooseDeps & { platform: PrewarmPlatform },
   accountId: string,
   steps: readonly Step[],
+  call: { requestId: string; signal: AbortSignal },
 ): Promise<PrewarmTarget[]> {
   const targets = new Map<string, PrewarmTarget>();
-  for (const [index, step] of steps.entries()) {
+  for (const [index, raw] of steps.entries()) {
+    if (raw.type !== 'chat') continue;
+    const step = renderStep(raw, []);
     if (step.type !== 'chat') continue;
-    const model = await resolveModel(deps, accountId, step);
-    if (typeof model === 'string') continue;
+    let model: CatalogModel;
+    try {
+      ({ model } = await chooseStepModel(deps, accountId, step, call));
+    } catch (err) {
+      // No model for the step (the step will fail with the reason when it runs): nothing to wake.
+      if (err instanceof ApiError) continue;
+      throw err;
+    }
     for (const b of model.backends) {
       if (!('endpoint' in b)) break;
       const e = deps.platform.endpoints.get(b.endpoint);
