@@ -8,11 +8,14 @@
 // carries a wake newer than its hibernation). Nothing is reserved or charged: the endpoints are the
 // platform's, and the run pays for its steps when they run.
 //
-// A step on `auto` wakes the endpoint of the model Olympus would choose for it now, with the live
-// path's own chooseModel() (./execute.ts chooseStepModel): a matching policy route's model (cold or
-// not), else the objective's choice among the models as they are now (a warm one first, so an `auto`
-// step wakes a pool only when no allowed model is warm). The route match costs one embedding call,
-// not charged; a prompt that uses an earlier step's output is matched with those outputs empty.
+// A step on `auto` wakes the endpoint of the model Olympus will choose for it at the fire, asked of
+// the live path's own chooseModel() (./execute.ts chooseStepModel) with every pool counted as warm —
+// as they will be once this pre-warm has woken them: a matching policy route's model, else the
+// objective's first choice. At the fire that model is up, so the step's own choice (made then, with
+// the models' real state) is the same one. Counting only the pools warm now would instead never wake
+// the objective's first choice while any other allowed model is warm, and the step would run on a
+// worse one. The route match costs one embedding call, not charged; a prompt that uses an earlier
+// step's output is matched with those outputs empty.
 import type { DedicatedEndpoint } from '@berth/crds';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
@@ -34,7 +37,9 @@ export interface PrewarmTarget {
   step: number;
 }
 
-type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes' | 'caller'>;
+type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes'> & {
+  caller: Pick<StepDeps['caller'], 'state' | 'now'>;
+};
 
 /**
  * Whether a run with these steps may call a platform endpoint (decided when its fire is queued):
@@ -60,13 +65,22 @@ export async function prewarmTargets(
   call: { requestId: string; signal: AbortSignal },
 ): Promise<PrewarmTarget[]> {
   const targets = new Map<string, PrewarmTarget>();
+  // Olympus's view at the fire: the pools this pre-warm wakes are warm by then (cool-downs and
+  // latency as they are now).
+  const atFire = {
+    ...deps,
+    caller: {
+      state: (m: CatalogModel) => ({ ...deps.caller.state(m), warm: true }),
+      now: () => deps.caller.now(),
+    },
+  };
   for (const [index, raw] of steps.entries()) {
     if (raw.type !== 'chat') continue;
     const step = renderStep(raw, []);
     if (step.type !== 'chat') continue;
     let model: CatalogModel;
     try {
-      ({ model } = await chooseStepModel(deps, accountId, step, call));
+      ({ model } = await chooseStepModel(atFire, accountId, step, call));
     } catch (err) {
       // No model for the step (the step will fail with the reason when it runs): nothing to wake.
       if (err instanceof ApiError) continue;
