@@ -327,4 +327,24 @@ describe('Chronos steps on auto choose as a live Olympus request', () => {
     expect(e.cost).toBe('0.010000');
     expect(await charged(acct.global, before, FEE)).toEqual({ chronos: '0.010000' });
   });
+
+  it('Olympus turned off for the account after the run was saved: the step fails with olympus_not_enabled’s message', async () => {
+    const acct = await account({ routes: ROUTES });
+    const run = await createRun(acct.inference, [chatStep('Write a Python function')]);
+    expect((await call(acct.global, 'DELETE', '/api/tools/olympus')).status).toBe(200);
+    const embeddings = await embeddingCalls();
+    await fireNow(run.id);
+    const e = await finished(acct.global, run.id);
+    expect(e.status).toBe('failed');
+    expect(e.steps[0]).toMatchObject({
+      status: 'failed',
+      error:
+        'Olympus is not enabled for this API key. Enable it via POST /api/tools with tool_id = "olympus", or adjust the key\'s tool pin.',
+      cost: '0.000000',
+    });
+    expect(e.steps[0]).not.toHaveProperty('olympus');
+    expect(e.cost).toBe('0.010000');
+    // Refused before any route was matched.
+    expect(await embeddingCalls()).toBe(embeddings);
+  });
 });
