@@ -45,7 +45,7 @@ import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
-import { routeMatcher } from './olympus/routing.ts';
+import type { RouteMatcher } from './olympus/routing.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
 import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
@@ -65,7 +65,6 @@ export interface AppDeps {
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
         | 'MANAGED_TOOL_MAX_STEPS'
-        | 'OLYMPUS_ROUTE_TIMEOUT_MS'
       >
     >;
   catalog?: Catalog;
@@ -96,6 +95,11 @@ export interface AppDeps {
   tools?: ToolRouteDeps;
   /** Olympus policies: absent in tests that do not need them. */
   olympus?: OlympusRepository;
+  /**
+   * Olympus's embedding routes (olympus/routing.ts): one matcher, and its cache of example
+   * embeddings, for the Elastic routes, the dry run and Chronos (absent: routes are not matched).
+   */
+  olympusRoutes?: RouteMatcher;
   /** Chronos, scheduled runs: absent in tests that do not need them. */
   chronos?: ChronosRouteDeps;
   adminToken: string;
@@ -211,16 +215,7 @@ export function createApp(deps: AppDeps): express.Express {
     });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
-  // One matcher (and its cache of example embeddings) for the Elastic routes and the dry run.
-  const olympusRoutes = deps.elastic
-    ? routeMatcher({
-        catalog: deps.elastic.catalog,
-        caller: deps.elastic.caller,
-        timeoutMs: deps.config.OLYMPUS_ROUTE_TIMEOUT_MS ?? 300,
-        logger: deps.logger,
-        count: (outcome) => deps.metrics.olympusRoutes.inc({ outcome }),
-      })
-    : undefined;
+  const olympusRoutes = deps.olympusRoutes;
   const olympusDeps =
     deps.olympus && deps.tools
       ? {

@@ -43,6 +43,7 @@ import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
 export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
 import { toolRepository } from './repositories/tools.ts';
 import { olympusRepository } from './repositories/olympus.ts';
+import { routeMatcher } from './olympus/routing.ts';
 import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 import { startElastic, type Elastic } from './elastic/index.ts';
 import { startChronos, type Chronos } from './chronos/index.ts';
@@ -204,6 +205,15 @@ export async function startApi(
     });
     const tools = toolRepository(db.prisma);
     const olympus = olympusRepository(db.prisma);
+    // One matcher (and its cache of example embeddings) for the Elastic routes, the dry run and
+    // Chronos's `auto` steps: they choose with the same routes.
+    const olympusRoutes = routeMatcher({
+      catalog: elastic.catalog,
+      caller: elastic.caller,
+      timeoutMs: config.OLYMPUS_ROUTE_TIMEOUT_MS,
+      logger,
+      count: (outcome) => metrics.olympusRoutes.inc({ outcome }),
+    });
     chronos = await startChronos({
       jobs: billing.jobs,
       repo: chronosRepository(db.prisma),
@@ -213,6 +223,7 @@ export async function startApi(
         caller: elastic.caller,
         tools,
         olympus,
+        routes: olympusRoutes,
         logger,
         ...(secrets ? { sealer: secrets } : {}),
       },
@@ -284,6 +295,7 @@ export async function startApi(
       tools: { tools, ...(secrets ? { sealer: secrets } : {}) },
       elastic,
       olympus,
+      olympusRoutes,
       chronos: { chronos, tools, catalog: elastic.catalog, wallet: billing.wallet },
     });
 
