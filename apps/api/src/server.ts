@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { loadMigrations, openMigratedDatabase } from '@berth/db';
-import { createApp } from './app.ts';
+import { createApp, requestListener } from './app.ts';
 import { ConfigError, type Config } from './config.ts';
 import { ApiError } from './errors.ts';
 import { databaseUnavailable } from './db-unavailable.ts';
@@ -156,7 +156,9 @@ export async function startApi(
         backends: runtime.backends,
         logger,
         onWoken: epMetrics.woken,
-        engineLoadIntervalMs: config.ENGINE_LOAD_SAMPLE_MS,
+        // Local mode: this one API process starts every engine and sends it every call, so the
+        // engines' own counts are its own: nothing to sample.
+        engineLoadIntervalMs: kind === 'local' ? 0 : config.ENGINE_LOAD_SAMPLE_MS,
         onEngineSample: (outcome) => metrics.engineLoadSamples.inc({ outcome }),
       });
       if (kind === 'kubernetes')
@@ -302,7 +304,7 @@ export async function startApi(
     const shutdown = new AbortController();
     app.locals.shutdown = shutdown.signal;
     server.off('request', starting);
-    server.on('request', app);
+    server.on('request', requestListener(app));
     // Receiving a request (headers and body) is time-limited: a client dripping a body cannot hold a
     // connection and its buffer forever. Node's limit ends once the request is received, so
     // responses (streams for the whole wall-clock limit) are not cut by it.

@@ -178,7 +178,7 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
           });
         const asks =
           r.kinds.includes('chat') && r.path !== '/api/completions' ? managedTools(payload.tools) : undefined;
-        const scope = callScope(res, caller.signal, deps.requestTimeoutMs);
+        const scope = callScope(res, caller.tracked ?? caller.signal, deps.requestTimeoutMs);
         try {
           if (asks) {
             if (!deps.managed)
