@@ -36,7 +36,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
   // Loaded here, not at the top, so the bare proxy's process holds none of Berth's modules.
   const [
     { openMigratedDatabase },
-    { createApp, parseConfig },
+    { createApp, parseConfig, requestListener },
     { loadCatalog },
     { keyHasher },
     { localRevocationBus },
@@ -113,7 +113,7 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
       limiter: memoryRateLimiter(),
     },
   });
-  const server = http.createServer(app);
+  const server = http.createServer(requestListener(app));
   return {
     server,
     handle(c) {

@@ -3708,7 +3708,7 @@ export interface operations {
                             steps: ({
                                 /** @constant */
                                 type: "chat";
-                                /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                                /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                                 model: string;
                                 messages: {
                                     /** @enum {string} */
@@ -3787,7 +3787,7 @@ export interface operations {
                     steps: ({
                         /** @constant */
                         type: "chat";
-                        /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                        /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                         model: string;
                         messages: {
                             /** @enum {string} */
@@ -3829,7 +3829,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -3925,7 +3925,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -4021,7 +4021,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -4113,7 +4113,7 @@ export interface operations {
                     steps?: ({
                         /** @constant */
                         type: "chat";
-                        /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                        /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                         model: string;
                         messages: {
                             /** @enum {string} */
@@ -4155,7 +4155,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled) */
+                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -4280,6 +4280,13 @@ export interface operations {
                             model?: string;
                             /** @description The MCP tool called (tool) */
                             tool?: string;
+                            /** @description A chat step on `auto`: Olympus’s choice, made as for a live request with the same messages (when `model` differs, the chosen model was over capacity and a next choice answered) */
+                            olympus?: {
+                                /** @description The catalog model Olympus chose */
+                                model: string;
+                                /** @description Why, as `x-berth-olympus-reason` says it on a live call: `route:<name>`, `cheapest`, `fastest`, `best` or `fallback` */
+                                reason: string;
+                            };
                             output: string | null;
                             error: string | null;
                             /** @description Decimal string in the billing currency */
@@ -4387,6 +4394,13 @@ export interface operations {
                                 model?: string;
                                 /** @description The MCP tool called (tool) */
                                 tool?: string;
+                                /** @description A chat step on `auto`: Olympus’s choice, made as for a live request with the same messages (when `model` differs, the chosen model was over capacity and a next choice answered) */
+                                olympus?: {
+                                    /** @description The catalog model Olympus chose */
+                                    model: string;
+                                    /** @description Why, as `x-berth-olympus-reason` says it on a live call: `route:<name>`, `cheapest`, `fastest`, `best` or `fallback` */
+                                    reason: string;
+                                };
                                 output: string | null;
                                 error: string | null;
                                 /** @description Decimal string in the billing currency */

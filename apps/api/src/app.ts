@@ -1,5 +1,6 @@
 // The Express application, assembled from its parts. Tests and the server both call createApp.
-import express from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import express, { type ErrorRequestHandler, type RequestHandler } from 'express';
 import type { Logger } from 'pino';
 import type { Config } from './config.ts';
 import { accessLog, errorHandler, jsonBody, notFound, requestId } from './http/middleware.ts';
@@ -20,7 +21,12 @@ import type { ElasticCaller } from './elastic/call.ts';
 import { registerHardwareRoutes } from './routes/hardware.ts';
 import { registerEndpointRoutes } from './routes/endpoints.ts';
 import type { AccountLock, Quotas } from './quotas.ts';
-import { dedicatedFastPath, registerDedicatedRoutes, type DedicatedDeps } from './routes/dedicated.ts';
+import {
+  dedicatedFastPath,
+  registerDedicatedRoutes,
+  type DedicatedDeps,
+  type FastPath,
+} from './routes/dedicated.ts';
 import type { Catalog } from '@berth/crds';
 import type { Dispatcher } from 'undici';
 import type { EndpointRuntime } from './endpoints/ports.ts';
@@ -39,7 +45,7 @@ import { docsApp } from './http/docs.ts';
 import { webApp } from './http/web.ts';
 import { registerToolAdminRoutes, registerToolRoutes, type ToolRouteDeps } from './routes/tools.ts';
 import { registerOlympusRoutes } from './routes/olympus.ts';
-import { routeMatcher } from './olympus/routing.ts';
+import type { RouteMatcher } from './olympus/routing.ts';
 import type { OlympusRepository } from './repositories/olympus.ts';
 import { registerChronosRoutes, type ChronosRouteDeps } from './routes/chronos.ts';
 
@@ -59,7 +65,6 @@ export interface AppDeps {
         | 'PUBLIC_RATE_LIMIT_PER_ENDPOINT'
         | 'PUBLIC_RATE_LIMIT_PER_CLIENT'
         | 'MANAGED_TOOL_MAX_STEPS'
-        | 'OLYMPUS_ROUTE_TIMEOUT_MS'
       >
     >;
   catalog?: Catalog;
@@ -90,6 +95,11 @@ export interface AppDeps {
   tools?: ToolRouteDeps;
   /** Olympus policies: absent in tests that do not need them. */
   olympus?: OlympusRepository;
+  /**
+   * Olympus's embedding routes (olympus/routing.ts): one matcher, and its cache of example
+   * embeddings, for the Elastic routes, the dry run and Chronos (absent: routes are not matched).
+   */
+  olympusRoutes?: RouteMatcher;
   /** Chronos, scheduled runs: absent in tests that do not need them. */
   chronos?: ChronosRouteDeps;
   adminToken: string;
@@ -110,7 +120,8 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('etag', false);
   app.set('query parser', 'simple');
   app.set('trust proxy', deps.config.TRUST_PROXY ?? false);
-  app.use(requestId(), accessLog(deps.logger, deps.metrics));
+  const prelude = [requestId(), accessLog(deps.logger, deps.metrics)] as const;
+  app.use(...prelude);
   const ep = deps.endpoints;
   const c = deps.config;
   const dedicatedConfig = {
@@ -135,7 +146,8 @@ export function createApp(deps: AppDeps): express.Express {
       : undefined;
   // The proxy's hot path first: `/api/d/<id>/…` without walking every router and route before it
   // (routes/dedicated.ts; the registered routes below stay, for everything it leaves to them).
-  if (dedicatedDeps) app.use(dedicatedFastPath(dedicatedDeps, deps.keys, c.MAX_BODY_BYTES));
+  const fast = dedicatedDeps && dedicatedFastPath(dedicatedDeps, deps.keys, c.MAX_BODY_BYTES);
+  if (fast) app.use(fast.middleware);
 
   const doc = new ApiDoc();
   const ops = express.Router();
@@ -203,16 +215,7 @@ export function createApp(deps: AppDeps): express.Express {
     });
   if (deps.billing) registerBillingRoutes(routes, { billing: deps.billing });
   if (deps.tools) registerToolRoutes(routes, deps.tools);
-  // One matcher (and its cache of example embeddings) for the Elastic routes and the dry run.
-  const olympusRoutes = deps.elastic
-    ? routeMatcher({
-        catalog: deps.elastic.catalog,
-        caller: deps.elastic.caller,
-        timeoutMs: deps.config.OLYMPUS_ROUTE_TIMEOUT_MS ?? 300,
-        logger: deps.logger,
-        count: (outcome) => deps.metrics.olympusRoutes.inc({ outcome }),
-      })
-    : undefined;
+  const olympusRoutes = deps.olympusRoutes;
   const olympusDeps =
     deps.olympus && deps.tools
       ? {
@@ -293,6 +296,63 @@ export function createApp(deps: AppDeps): express.Express {
   if (deps.webDir) app.use(webApp(deps.webDir));
 
   app.use(notFound());
-  app.use(errorHandler(deps.logger));
+  const errors = errorHandler(deps.logger);
+  app.use(errors);
+  if (fast) (app as BerthApp)[FAST_ENTRY] = fastEntry(app, fast, prelude, errors);
   return app;
+}
+
+const FAST_ENTRY = Symbol('fast entry');
+type BerthApp = express.Express & { [FAST_ENTRY]?: (req: IncomingMessage, res: ServerResponse) => boolean };
+const proceed = (err?: unknown) => {
+  if (err) throw err;
+};
+
+/**
+ * The dedicated proxy's fast path ahead of Express itself (requestListener): for a request it takes,
+ * what Express's app.handle and router set up (the app's request and response prototypes, `locals`,
+ * `originalUrl`), the middleware every request passes first (request id, access log), the route, and
+ * errors to the app's own error handler — without Express's per-request dispatch (its final handler,
+ * the router's closures and layer walk).
+ */
+function fastEntry(
+  app: express.Express,
+  fast: FastPath,
+  prelude: readonly RequestHandler[],
+  errors: ErrorRequestHandler,
+): (req: IncomingMessage, res: ServerResponse) => boolean {
+  return (incoming, outgoing) => {
+    const route = fast.match(incoming);
+    if (!route) return false;
+    const req = incoming as express.Request;
+    const res = outgoing as express.Response;
+    req.res = res;
+    res.req = req;
+    Object.setPrototypeOf(req, app.request);
+    Object.setPrototypeOf(res, app.response);
+    res.locals ??= Object.create(null) as Record<string, unknown>;
+    req.originalUrl = req.url;
+    req.baseUrl = '';
+    for (const handler of prelude) void handler(req, res, proceed);
+    fast.serve(req, res, route).catch((err: unknown) => {
+      try {
+        errors(err, req, res, proceed);
+      } catch {
+        res.destroy(); // as Express's final handler would end a response its error handler could not
+      }
+    });
+    return true;
+  };
+}
+
+/**
+ * The API's HTTP request listener: the dedicated proxy's fast path first (fastEntry), everything
+ * else (and every request, for an app without dedicated endpoints) to Express.
+ */
+export function requestListener(app: express.Express): (req: IncomingMessage, res: ServerResponse) => void {
+  const entry = (app as BerthApp)[FAST_ENTRY];
+  if (!entry) return app;
+  return (req, res) => {
+    if (!entry(req, res)) void app(req, res);
+  };
 }

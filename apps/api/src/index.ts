@@ -1,4 +1,4 @@
-export { createApp } from './app.ts';
+export { createApp, requestListener } from './app.ts';
 export { parseConfig, ConfigError, configSchema, type Config } from './config.ts';
 export { startApi, type RunningApi } from './server.ts';
 export { ApiError, errorBody, errorFrame, familyOf } from './errors.ts';

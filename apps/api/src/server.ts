@@ -5,7 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { loadMigrations, openMigratedDatabase } from '@berth/db';
-import { createApp } from './app.ts';
+import { createApp, requestListener } from './app.ts';
 import { ConfigError, type Config } from './config.ts';
 import { ApiError } from './errors.ts';
 import { databaseUnavailable } from './db-unavailable.ts';
@@ -43,6 +43,7 @@ import { dashboardAuth, type DashboardAuth } from './auth/index.ts';
 export const WEB_DIR = path.resolve(import.meta.dirname, '../../web/dist');
 import { toolRepository } from './repositories/tools.ts';
 import { olympusRepository } from './repositories/olympus.ts';
+import { routeMatcher } from './olympus/routing.ts';
 import { newSecretsKey, parseSecretsKey, sealer, type Sealer } from './secrets/sealed.ts';
 import { startElastic, type Elastic } from './elastic/index.ts';
 import { startChronos, type Chronos } from './chronos/index.ts';
@@ -155,7 +156,9 @@ export async function startApi(
         backends: runtime.backends,
         logger,
         onWoken: epMetrics.woken,
-        engineLoadIntervalMs: config.ENGINE_LOAD_SAMPLE_MS,
+        // Local mode: this one API process starts every engine and sends it every call, so the
+        // engines' own counts are its own: nothing to sample.
+        engineLoadIntervalMs: kind === 'local' ? 0 : config.ENGINE_LOAD_SAMPLE_MS,
         onEngineSample: (outcome) => metrics.engineLoadSamples.inc({ outcome }),
       });
       if (kind === 'kubernetes')
@@ -202,6 +205,15 @@ export async function startApi(
     });
     const tools = toolRepository(db.prisma);
     const olympus = olympusRepository(db.prisma);
+    // One matcher (and its cache of example embeddings) for the Elastic routes, the dry run and
+    // Chronos's `auto` steps: they choose with the same routes.
+    const olympusRoutes = routeMatcher({
+      catalog: elastic.catalog,
+      caller: elastic.caller,
+      timeoutMs: config.OLYMPUS_ROUTE_TIMEOUT_MS,
+      logger,
+      count: (outcome) => metrics.olympusRoutes.inc({ outcome }),
+    });
     chronos = await startChronos({
       jobs: billing.jobs,
       repo: chronosRepository(db.prisma),
@@ -211,6 +223,7 @@ export async function startApi(
         caller: elastic.caller,
         tools,
         olympus,
+        routes: olympusRoutes,
         logger,
         ...(secrets ? { sealer: secrets } : {}),
       },
@@ -282,6 +295,7 @@ export async function startApi(
       tools: { tools, ...(secrets ? { sealer: secrets } : {}) },
       elastic,
       olympus,
+      olympusRoutes,
       chronos: { chronos, tools, catalog: elastic.catalog, wallet: billing.wallet },
     });
 
@@ -290,7 +304,7 @@ export async function startApi(
     const shutdown = new AbortController();
     app.locals.shutdown = shutdown.signal;
     server.off('request', starting);
-    server.on('request', app);
+    server.on('request', requestListener(app));
     // Receiving a request (headers and body) is time-limited: a client dripping a body cannot hold a
     // connection and its buffer forever. Node's limit ends once the request is received, so
     // responses (streams for the whole wall-clock limit) are not cut by it.

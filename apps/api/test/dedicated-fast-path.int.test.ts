@@ -1,23 +1,24 @@
 // The dedicated proxy's fast path (routes/dedicated.ts, dedicatedFastPath): it takes the common
-// `/api/d/<id>/…` request before any router, and must answer exactly as the registered route does.
+// `/api/d/<id>/…` request before Express (the API's request listener, app.ts requestListener, which
+// this server uses as the API's does), and must answer exactly as the registered route does.
 // Each request is sent twice to the same app: in its canonical spelling (the fast path takes it) and
 // with a trailing slash (Express's non-strict matching gives it to the registered route; the fast
 // path leaves it alone, as the dispatch test below shows). Status, error body and the headers a
 // client reads must be the same. Real keys on PostgreSQL, a real engine simulator.
 import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import express from 'express';
 import { openMigratedDatabase } from '@berth/db';
 import { startEngineSim } from '@berth/engine-sim';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CATALOG } from '@berth/crds';
-import { createApp } from '../src/app.ts';
+import { createApp, requestListener } from '../src/app.ts';
 import { errorHandler } from '../src/http/middleware.ts';
 import { keyHasher } from '../src/keys/format.ts';
 import { localRevocationBus } from '../src/keys/revocation-bus.ts';
 import { keyService, type KeyService } from '../src/keys/service.ts';
-import { createMetrics } from '../src/metrics.ts';
+import { createMetrics, type ApiMetrics } from '../src/metrics.ts';
 import { proxyAgent } from '../src/proxy/agent.ts';
 import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
 import { usageRecorder } from '../src/proxy/usage.ts';
@@ -48,6 +49,7 @@ let owner: string;
 let other: string;
 let revoked: string;
 let compute: string;
+let metrics: ApiMetrics;
 
 beforeAll(async () => {
   testDb = await createTestDatabase('fast_path');
@@ -73,7 +75,7 @@ beforeAll(async () => {
     adminToken: 'x'.repeat(20),
     keys,
     health: healthRepository(db.prisma),
-    metrics: createMetrics(),
+    metrics: (metrics = createMetrics()),
     logger,
     lifecycle: { shuttingDown: false },
     catalog: DEFAULT_CATALOG,
@@ -94,7 +96,7 @@ beforeAll(async () => {
       publicLimitPerClient: 60,
     },
   };
-  server = app.listen(0, '127.0.0.1');
+  server = createServer(requestListener(app)).listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const a = await keys.createAccount('fast-path owner');
@@ -261,6 +263,29 @@ describe('the fast path answers as the registered route does', () => {
     expect(strip(fast.body)).toMatchObject({ model: 'berth/bench', usage: { completion_tokens: 4 } });
   });
 
+  it('what every request gets first: the request id echoed, and the access log’s series under the route', async () => {
+    const count = async () =>
+      Number(
+        /berth_http_request_duration_seconds_count\{route="\/api\/d\/:id\/chat\/completions",method="POST"\} (\d+)/.exec(
+          await metrics.registry.metrics(),
+        )?.[1] ?? 0,
+      );
+    const before = await count();
+    const init = post(owner, JSON.stringify(chat));
+    const res = await fetch(`${base}/api/d/${ID}/chat/completions`, {
+      ...init,
+      headers: { ...(init.headers as Record<string, string>), 'x-request-id': 'fast-path.1' },
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-request-id')).toBe('fast-path.1');
+    await res.text();
+    for (let i = 0; i < 50 && (await count()) === before; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await count()).toBe(before + 1);
+    expect(await metrics.registry.metrics()).toMatch(
+      /berth_http_requests_total\{route="\/api\/d\/:id\/chat\/completions",method="POST",status="200"\} [1-9]/,
+    );
+  });
+
   it('GET models: the same answer', async () => {
     const init = { headers: { authorization: `Bearer ${owner}` } };
     const [fast, routed] = await both(ID, 'models', init);
@@ -276,7 +301,7 @@ describe('dispatch', () => {
   /** The fast path alone, with a marker for what it leaves to the routers after it. */
   async function alone(): Promise<{ url: string; close(): void }> {
     const app = express();
-    app.use(dedicatedFastPath(deps, keys, MAX_BODY_BYTES));
+    app.use(dedicatedFastPath(deps, keys, MAX_BODY_BYTES).middleware);
     app.use((_req, res) => void res.status(299).send('left to the routes'));
     app.use(errorHandler(logger));
     const s = app.listen(0, '127.0.0.1');

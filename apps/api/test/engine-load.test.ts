@@ -242,6 +242,22 @@ describe('the sampler against engine simulators', () => {
     await on.sampler.close();
   });
 
+  it('does not scrape an endpoint with one replica (nothing to choose between)', async () => {
+    let urls = [sims[0]!.url];
+    const { table, sampler, outcomes } = sampled(() => urls);
+    await hold(sims[0]!, 2);
+    sampler.use('e');
+    await sampler.tick();
+    expect(outcomes).toEqual([]);
+    expect(table.of('e').replicas[0]!.others).toBe(0);
+    // scaled to two: both scraped from the next round on
+    urls = sims.map((s) => s.url);
+    await sampler.tick();
+    expect(outcomes).toEqual(['ok', 'ok']);
+    expect(table.of('e').replicas[0]!.others).toBe(2);
+    await sampler.close();
+  });
+
   it('platformUpstream samples leastLoad and prefixAffinity endpoints, never roundRobin ones', async () => {
     const endpoint = (id: string, strategy: RoutingStrategy): DedicatedEndpoint => ({
       apiVersion: API_VERSION,

@@ -237,6 +237,27 @@ describe('requests in flight', () => {
     await keys.close();
   });
 
+  it('tell a linked target of the revocation without making a signal; one linked late hears at once', async () => {
+    const { keys } = setup();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    const told: unknown[] = [];
+    const target = { revoke: (reason: unknown) => told.push(reason) };
+    const linked = keys.track(k.id);
+    linked.link(target);
+    const unlinked = keys.track(k.id);
+    unlinked.link(target);
+    unlinked.link(undefined);
+    await keys.revoke('a', k.id);
+    expect(told).toHaveLength(1);
+    expect((told[0] as ApiError).message).toBe('Invalid API key');
+    // the signal, read only now, is already aborted with the same reason
+    expect(linked.signal.aborted).toBe(true);
+    expect(linked.signal.reason).toBe(told[0]);
+    linked.link(target);
+    expect(told).toHaveLength(2);
+    await keys.close();
+  });
+
   it('released requests are forgotten', async () => {
     const { keys } = setup();
     const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });

@@ -11,7 +11,8 @@ import { MODEL_HEADER } from '../elastic/call.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { CatalogModel } from '../elastic/entry.ts';
 import { ApiError } from '../errors.ts';
-import { pickModel, type Candidate } from '../olympus/pick.ts';
+import { chooseModel, chosenModel } from '../olympus/choose.ts';
+import type { RouteMatcher } from '../olympus/routing.ts';
 import type { OlympusRepository } from '../repositories/olympus.ts';
 import type { ToolRepository } from '../repositories/tools.ts';
 import type { Sealer } from '../secrets/sealed.ts';
@@ -25,7 +26,10 @@ export interface StepDeps {
   catalog: Pick<ElasticCatalog, 'get' | 'list'>;
   caller: ElasticCaller;
   tools: Pick<ToolRepository, 'lookup'>;
+  /** Olympus policies (absent: an `auto` step fails with olympus_not_enabled). */
   olympus?: Pick<OlympusRepository, 'get'>;
+  /** Olympus's embedding routes: the live routes' own matcher (absent: routes are not matched). */
+  routes?: RouteMatcher;
   sealer?: Sealer;
   logger: Logger;
   /** The run fee in micro-units. */
@@ -35,53 +39,119 @@ export interface StepDeps {
 
 export const INSUFFICIENT = 'Insufficient balance / payment required';
 
-/** The catalog model a chat step calls (`auto`: Olympus's choice under the account's policy). */
-export async function resolveModel(
-  deps: Pick<StepDeps, 'catalog' | 'olympus'>,
-  accountId: string,
-  step: ChatStep,
-): Promise<CatalogModel | string> {
-  if (step.model !== 'auto')
-    return deps.catalog.get(step.model) ?? `model "${step.model}" is not in the catalog`;
-  const policy = deps.olympus
-    ? await deps.olympus.get(accountId)
-    : { allowedModels: [] as string[], objective: 'cost' as const };
-  const candidates: Candidate[] = deps.catalog
-    .list()
-    .filter((m) => m.kind === 'chat')
-    .map((m) => ({
-      name: m.name,
-      kind: m.kind,
-      contextLength: m.contextLength ?? Number.MAX_SAFE_INTEGER,
-      tools: true,
-      inputPerMTok: m.pricing.inputPerMTok,
-      outputPerMTok: m.pricing.outputPerMTok,
-      warm: true,
-    }));
-  const promptTokens = JSON.stringify(step.messages).length;
-  const choice = pickModel(
-    { kind: 'chat', promptTokens, maxTokens: step.max_tokens, tools: false },
-    { allowedModels: policy.allowedModels, objective: policy.objective },
-    candidates,
-    Date.now(),
-  );
-  if (!choice.ok) return 'Olympus found no catalog model for this step (auto)';
-  return deps.catalog.get(choice.model)!;
+/** The model a chat step calls, and for `auto` what Olympus chose and why. */
+export interface StepModel {
+  /** The catalog model called (for `auto`, with Olympus's next choices after its own fallbacks). */
+  model: CatalogModel;
+  /** `auto`: Olympus's choice and its reason, as the live path's x-berth-olympus-reason says it. */
+  olympus?: { model: string; reason: string };
 }
 
-/** What a step may cost at most: the reservation made before it starts. */
-export async function stepBound(
-  deps: Pick<StepDeps, 'catalog' | 'olympus' | 'tools'>,
+/** An `auto` step 0 chosen by a manual trigger, handed to its execution in the job's data. */
+export interface FirstChoice {
+  model: string;
+  fallbacks: string[];
+  olympus: { model: string; reason: string };
+}
+
+type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes'> & {
+  caller: Pick<ElasticCaller, 'state' | 'now'>;
+};
+
+/** The body a client would send for this step (`model` as the step names it). */
+const chatBody = (step: ChatStep) => ({
+  model: step.model,
+  messages: step.messages,
+  max_tokens: step.max_tokens,
+  stream: false,
+});
+
+/**
+ * The catalog model a chat step calls. `auto` is Olympus's chooseModel(), the function a live
+ * `POST /api/chat/completions` with `model: "auto"` and the same messages calls: the account's
+ * policy (allowed models, objective), its routes by meaning (one embedding call, not charged, within
+ * OLYMPUS_ROUTE_TIMEOUT_MS), the models' live state (warm pools, cool-downs, latency). Olympus must
+ * still be enabled for the account (the key's tool pin was checked when the step was saved). Throws
+ * the ApiError a live call would answer with when there is no model.
+ */
+export async function chooseStepModel(
+  deps: ChooseDeps,
+  accountId: string,
+  step: ChatStep,
+  call: { requestId: string; signal: AbortSignal },
+): Promise<StepModel> {
+  if (step.model !== 'auto') {
+    const model = deps.catalog.get(step.model);
+    if (!model)
+      throw new ApiError('validation_error', { message: `model "${step.model}" is not in the catalog` });
+    return { model };
+  }
+  if (!deps.olympus) throw new ApiError('olympus_not_enabled', { param: 'model' });
+  const body = chatBody(step);
+  const choice = await chooseModel(
+    {
+      tools: deps.tools,
+      policies: deps.olympus,
+      catalog: deps.catalog,
+      live: deps.caller,
+      ...(deps.routes ? { routes: deps.routes } : {}),
+    },
+    { accountId, toolPin: [] },
+    {
+      kinds: ['chat'],
+      body,
+      requestBytes: JSON.stringify(body).length,
+      tools: false,
+      requestId: call.requestId,
+      signal: call.signal,
+    },
+  );
+  return { model: chosenModel(choice), olympus: { model: choice.model.name, reason: choice.reason } };
+}
+
+/** Step 0, decided once: its model (a chat step) and what it may cost at most. */
+export interface FirstStep {
+  /** Reserved with the run fee before the run starts (0 when the step has no model: it fails). */
+  bound: bigint;
+  /** The chat step's model, or why there is none (the step then fails with that message). */
+  model?: StepModel | ApiError;
+}
+
+/**
+ * What step 0 may cost at most, with its model chosen once: the execution reserves this bound and
+ * then runs the step on the same model (a manual trigger's check hands its choice to the execution).
+ */
+export async function firstStep(
+  deps: Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes' | 'caller'>,
   accountId: string,
   step: Step,
-): Promise<bigint> {
+  call: { requestId: string; signal: AbortSignal },
+): Promise<FirstStep> {
   if (step.type === 'tool') {
     const found = await deps.tools.lookup(accountId, [step.tool_id]);
-    return found.get(step.tool_id)?.tool.pricePerCall ?? 0n;
+    return { bound: found.get(step.tool_id)?.tool.pricePerCall ?? 0n };
   }
-  const model = await resolveModel(deps, accountId, step);
-  if (typeof model === 'string') return 0n;
-  return chatBound(model, step);
+  try {
+    const model = await chooseStepModel(deps, accountId, step, call);
+    return { bound: chatBound(model.model, step), model };
+  } catch (err) {
+    if (err instanceof ApiError) return { bound: 0n, model: err };
+    throw err;
+  }
+}
+
+/** A trigger's `auto` choice as job data (JSON), and back (null: the model left the catalog since). */
+export function firstChoice(model: StepModel | ApiError | undefined): FirstChoice | undefined {
+  if (!model || model instanceof ApiError || !model.olympus) return undefined;
+  return { model: model.model.name, fallbacks: [...model.model.fallbacks], olympus: model.olympus };
+}
+export function stepModelOf(
+  catalog: Pick<ElasticCatalog, 'get'>,
+  first: FirstChoice | undefined,
+): StepModel | undefined {
+  if (!first) return undefined;
+  const model = catalog.get(first.model);
+  return model ? { model: { ...model, fallbacks: first.fallbacks }, olympus: first.olympus } : undefined;
 }
 
 function chatBound(model: CatalogModel, step: ChatStep): bigint {
@@ -144,11 +214,10 @@ async function chatStep(
   run: RunRecord,
   executionId: string,
   step: ChatStep,
+  model: CatalogModel,
   signal: AbortSignal,
 ): Promise<StepOutcome> {
-  const model = await resolveModel(deps, run.accountId, step);
-  if (typeof model === 'string') return { ok: false, output: null, error: model, cost: 0n };
-  const body = { model: model.name, messages: step.messages, max_tokens: step.max_tokens, stream: false };
+  const body = { ...chatBody(step), model: model.name };
   const capture = captureResponse();
   await deps.caller.call(
     {
@@ -237,7 +306,8 @@ async function toolStep(
 
 /**
  * Runs the steps of a claimed execution; `save` is told the results after each step. Returns how
- * it ended. Only infrastructure failures throw.
+ * it ended. Only infrastructure failures throw. `first`: step 0's model as a manual trigger chose it
+ * (absent: chosen here, once, before the admission that reserves its bound).
  */
 export async function runSteps(
   deps: StepDeps,
@@ -245,13 +315,16 @@ export async function runSteps(
   execution: ExecutionRecord,
   stop: AbortSignal,
   save: (results: StepResult[], cost: bigint) => Promise<void>,
+  first?: StepModel,
 ): Promise<{ status: 'succeeded' | 'failed'; reason: string | null; results: StepResult[]; cost: bigint }> {
   const steps = execution.steps;
-  // Admission: the fee and the first step must be covered before anything runs.
-  const admission = await deps.wallet.reserve({
-    accountId: run.accountId,
-    amount: deps.fee + (await stepBound(deps, run.accountId, steps[0]!)),
-  });
+  // Admission: the fee and the first step must be covered before anything runs. Step 0's model is
+  // decided here once: the bound reserved is that model's, and the step runs on it.
+  const head =
+    first && steps[0]!.type === 'chat'
+      ? { bound: chatBound(first.model, steps[0]!), model: first }
+      : await firstStep(deps, run.accountId, steps[0]!, { requestId: execution.id, signal: stop });
+  const admission = await deps.wallet.reserve({ accountId: run.accountId, amount: deps.fee + head.bound });
   if (!admission.ok)
     return {
       status: 'failed',
@@ -280,11 +353,17 @@ export async function runSteps(
       const startedAt = new Date();
       const signal = AbortSignal.any([stop, AbortSignal.timeout(deps.stepTimeoutMs)]);
       let outcome: StepOutcome;
+      let chosen: StepModel | undefined;
       try {
-        outcome =
-          step.type === 'chat'
-            ? await chatStep(deps, run, execution.id, step, signal)
-            : await toolStep(deps, run, index, step, signal);
+        if (step.type === 'chat') {
+          const decided =
+            index === 0 && head.model
+              ? head.model
+              : await chooseStepModel(deps, run.accountId, step, { requestId: execution.id, signal });
+          if (decided instanceof ApiError) throw decided;
+          chosen = decided;
+          outcome = await chatStep(deps, run, execution.id, step, decided.model, signal);
+        } else outcome = await toolStep(deps, run, index, step, signal);
       } catch (err) {
         if (stop.aborted) throw err;
         const message = signal.aborted
@@ -301,6 +380,8 @@ export async function runSteps(
         status: outcome.ok ? 'succeeded' : 'failed',
         ...(outcome.model ? { model: outcome.model } : {}),
         ...(outcome.tool ? { tool: outcome.tool } : {}),
+        // Recorded also when the call then failed: the choice was made.
+        ...(chosen?.olympus ? { olympus: chosen.olympus } : {}),
         output: outcome.output,
         error: outcome.error,
         cost: outcome.cost.toString(),

@@ -23,7 +23,7 @@ import { newId } from '../keys/format.ts';
 import { dueAlarm, type DueAlarm } from './alarm.ts';
 import { parseCron, nextFire } from './cron.ts';
 import { toolAccess } from '../tools/access.ts';
-import { runSteps, stepBound, type StepDeps } from './execute.ts';
+import { firstChoice, firstStep, runSteps, stepModelOf, type FirstChoice, type StepDeps } from './execute.ts';
 import { mayCallEndpoint, prewarmTargets, type PrewarmPlatform } from './prewarm.ts';
 import type { Step } from './steps.ts';
 import type { ChronosRepository, RunRecord, TxSql } from './repository.ts';
@@ -60,9 +60,18 @@ export interface Chronos {
   enqueueFire(db: TxSql, runId: string, at: Date | null, steps: readonly Step[]): Promise<void>;
   /** Enqueues the pre-warm of the fire `at` (when the steps may call a platform endpoint). */
   enqueuePrewarm(db: TxSql, runId: string, at: Date, steps: readonly Step[]): Promise<void>;
-  enqueueExecute(db: TxSql, executionId: string, steps: number): Promise<void>;
-  /** What the fee and the run's first step may cost: a manual trigger reserves it first. */
-  admission(run: RunRecord): Promise<bigint>;
+  /** `first`: step 0's `auto` choice, made by the trigger's admission check (the step runs on it). */
+  enqueueExecute(db: TxSql, executionId: string, steps: number, first?: FirstChoice): Promise<void>;
+  /**
+   * What the fee and the run's first step may cost, for the execution `executionId`: a manual
+   * trigger reserves it first. A first step on `auto` is chosen here, once; `first` hands that
+   * choice to the execution.
+   */
+  admission(
+    run: RunRecord,
+    executionId: string,
+    signal: AbortSignal,
+  ): Promise<{ amount: bigint; first?: FirstChoice }>;
   close(): Promise<void>;
 }
 
@@ -118,8 +127,8 @@ export async function startChronos(deps: {
     singletonKey: `${runId}@${at.toISOString()}`,
   });
   // Past every step's wall clock: expiry is only a backstop, the heartbeat notices dead replicas.
-  const executeJob = (executionId: string, steps: number) => ({
-    data: { executionId },
+  const executeJob = (executionId: string, steps: number, first?: FirstChoice) => ({
+    data: { executionId, ...(first ? { first } : {}) },
     expireInSeconds: Math.ceil((steps * config.stepTimeoutMs) / 1000) + 120,
   });
 
@@ -136,8 +145,8 @@ export async function startChronos(deps: {
     alarm?.arm(FIRE_QUEUE, at.getTime());
     await enqueuePrewarm(db, runId, at, steps);
   };
-  const enqueueExecute = async (db: TxSql, executionId: string, steps: number) => {
-    const job = executeJob(executionId, steps);
+  const enqueueExecute = async (db: TxSql, executionId: string, steps: number, first?: FirstChoice) => {
+    const job = executeJob(executionId, steps, first);
     await boss.send(EXECUTE_QUEUE, job.data, { ...job, db });
   };
 
@@ -193,7 +202,10 @@ export async function startChronos(deps: {
     // Deleted, or its schedule moved since (the new fire has its own pre-warm).
     if (!run || run.nextFireAt?.toISOString() !== at) return;
     const due = new Date(at).getTime();
-    const targets = await prewarmTargets({ ...deps.steps, platform }, run.accountId, run.steps);
+    const targets = await prewarmTargets({ ...deps.steps, platform }, run.accountId, run.steps, {
+      requestId: `chronos-prewarm-${run.id}`,
+      signal: stop.signal,
+    });
     for (const { endpoint, model, step } of targets) {
       const id = endpoint.metadata.name;
       // Woken now, it would hibernate again before the fire: come back within its idle timeout.
@@ -224,7 +236,7 @@ export async function startChronos(deps: {
     }
   };
 
-  const execute = async ({ executionId }: { executionId: string }) => {
+  const execute = async ({ executionId, first }: { executionId: string; first?: FirstChoice }) => {
     const claim = await repo.claim(executionId, worker);
     if (!claim.claimed) {
       const e = claim.execution;
@@ -257,10 +269,17 @@ export async function startChronos(deps: {
     let step = 0;
     let outcome: Awaited<ReturnType<typeof runSteps>>;
     try {
-      outcome = await runSteps(stepDeps, run, execution, stop.signal, (results, cost) => {
-        step = results.length;
-        return repo.progress(executionId, attempt, results, cost);
-      });
+      outcome = await runSteps(
+        stepDeps,
+        run,
+        execution,
+        stop.signal,
+        (results, cost) => {
+          step = results.length;
+          return repo.progress(executionId, attempt, results, cost);
+        },
+        stepModelOf(deps.steps.catalog, first),
+      );
     } catch (err) {
       if (!stop.signal.aborted) throw err;
       await end(
@@ -331,7 +350,7 @@ export async function startChronos(deps: {
   const executeWorkers: string[] = [];
   const runExecute = handle(EXECUTE_QUEUE, execute);
   for (let i = 0; i < config.concurrency; i++) {
-    const id = await boss.work<{ executionId: string }>(
+    const id = await boss.work<{ executionId: string; first?: FirstChoice }>(
       EXECUTE_QUEUE,
       {
         pollingIntervalSeconds: i === 0 ? 1 : 30,
@@ -357,7 +376,14 @@ export async function startChronos(deps: {
     enqueueFire,
     enqueuePrewarm,
     enqueueExecute,
-    admission: async (run) => config.fee + (await stepBound(stepDeps, run.accountId, run.steps[0]!)),
+    admission: async (run, executionId, signal) => {
+      const head = await firstStep(stepDeps, run.accountId, run.steps[0]!, {
+        requestId: executionId,
+        signal,
+      });
+      const first = firstChoice(head.model);
+      return { amount: config.fee + head.bound, ...(first ? { first } : {}) };
+    },
     async close() {
       // Steps in flight end now, their executions failed with the reason (see execute above).
       alarm?.close();

@@ -7,12 +7,22 @@
 // wake-on-demand path (PlatformUpstream.wake: the wake annotation, skipped when the endpoint already
 // carries a wake newer than its hibernation). Nothing is reserved or charged: the endpoints are the
 // platform's, and the run pays for its steps when they run.
+//
+// A step on `auto` wakes the endpoint of the model Olympus will choose for it at the fire, asked of
+// the live path's own chooseModel() (./execute.ts chooseStepModel) with every pool counted as warm —
+// as they will be once this pre-warm has woken them: a matching policy route's model, else the
+// objective's first choice. At the fire that model is up, so the step's own choice (made then, with
+// the models' real state) is the same one. Counting only the pools warm now would instead never wake
+// the objective's first choice while any other allowed model is warm, and the step would run on a
+// worse one. The route match costs one embedding call, not charged; a prompt that uses an earlier
+// step's output is matched with those outputs empty.
 import type { DedicatedEndpoint } from '@berth/crds';
 import type { EndpointCache } from '../endpoints/ports.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
-import type { OlympusRepository } from '../repositories/olympus.ts';
-import { resolveModel } from './execute.ts';
-import type { Step } from './steps.ts';
+import type { CatalogModel } from '../elastic/entry.ts';
+import { ApiError } from '../errors.ts';
+import { chooseStepModel, type StepDeps } from './execute.ts';
+import { renderStep, type Step } from './steps.ts';
 
 export interface PrewarmPlatform {
   endpoints: Pick<EndpointCache, 'get'>;
@@ -27,9 +37,8 @@ export interface PrewarmTarget {
   step: number;
 }
 
-type CatalogDeps = {
-  catalog: Pick<ElasticCatalog, 'get' | 'list'>;
-  olympus?: Pick<OlympusRepository, 'get'>;
+type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes'> & {
+  caller: Pick<StepDeps['caller'], 'state' | 'now'>;
 };
 
 /**
@@ -50,15 +59,33 @@ export function mayCallEndpoint(catalog: Pick<ElasticCatalog, 'get'>, steps: rea
  * without a wake; one that is building, failed or terminating is skipped by the call too).
  */
 export async function prewarmTargets(
-  deps: CatalogDeps & { platform: PrewarmPlatform },
+  deps: ChooseDeps & { platform: PrewarmPlatform },
   accountId: string,
   steps: readonly Step[],
+  call: { requestId: string; signal: AbortSignal },
 ): Promise<PrewarmTarget[]> {
   const targets = new Map<string, PrewarmTarget>();
-  for (const [index, step] of steps.entries()) {
+  // Olympus's view at the fire: the pools this pre-warm wakes are warm by then (cool-downs and
+  // latency as they are now).
+  const atFire = {
+    ...deps,
+    caller: {
+      state: (m: CatalogModel) => ({ ...deps.caller.state(m), warm: true }),
+      now: () => deps.caller.now(),
+    },
+  };
+  for (const [index, raw] of steps.entries()) {
+    if (raw.type !== 'chat') continue;
+    const step = renderStep(raw, []);
     if (step.type !== 'chat') continue;
-    const model = await resolveModel(deps, accountId, step);
-    if (typeof model === 'string') continue;
+    let model: CatalogModel;
+    try {
+      ({ model } = await chooseStepModel(atFire, accountId, step, call));
+    } catch (err) {
+      // No model for the step (the step will fail with the reason when it runs): nothing to wake.
+      if (err instanceof ApiError) continue;
+      throw err;
+    }
     for (const b of model.backends) {
       if (!('endpoint' in b)) break;
       const e = deps.platform.endpoints.get(b.endpoint);

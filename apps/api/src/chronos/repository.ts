@@ -26,6 +26,8 @@ export interface StepResult {
   /** The catalog model that answered (chat), or the MCP tool called (tool). */
   model?: string;
   tool?: string;
+  /** A step on `auto`: the model Olympus chose and why (its x-berth-olympus-reason). */
+  olympus?: { model: string; reason: string };
   output: string | null;
   error: string | null;
   /** Micro-units, as a decimal string of the integer (JSON has no bigint). */

@@ -44,7 +44,9 @@ export const chatStep = z.strictObject({
     .string({ error: required('a catalog model name or "auto"') })
     .min(1, 'must not be empty')
     .max(200, 'must be at most 200 characters')
-    .describe('A catalog model (GET /api/models) or `auto` (Olympus picks; needs Olympus enabled)'),
+    .describe(
+      'A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled',
+    ),
   messages: z
     .array(message, { error: required('an array of messages') })
     .min(1, 'must have at least one message')

@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../errors.ts';
-import type { KeyService, Principal } from '../keys/service.ts';
+import type { KeyService, Principal, TrackedCall } from '../keys/service.ts';
 import type { Scope } from '../repositories/keys.ts';
 import { changesState, csrfValid, sessionAccount } from '../auth/session.ts';
 
@@ -18,7 +18,9 @@ export interface KeyCaller {
   accountId: string;
   principal: Principal;
   /** Aborts, with 401 `Invalid API key` as its reason, when the key is revoked mid-request. */
-  signal: AbortSignal;
+  readonly signal: AbortSignal;
+  /** The request as its key's service tracks it (revocation without a signal: callScope links it). */
+  tracked?: TrackedCall;
   /** Set when the call came from a dashboard session (no Bearer header) rather than a key. */
   session?: true;
 }
@@ -32,7 +34,8 @@ export interface KeyCaller {
 export type SessionMode = 'inference' | 'manage';
 
 /** A caller of a route that also admits calls without a key (Public endpoints). */
-export type Caller = KeyCaller | { accountId: string; principal?: undefined; signal?: undefined };
+export type Caller =
+  KeyCaller | { accountId: string; principal?: undefined; signal?: undefined; tracked?: undefined };
 
 /**
  * Decides whether a request may go without a key: the account it is billed to, or undefined when a
@@ -99,14 +102,39 @@ export function keyAuthenticator(
       });
     }
     res.locals.principal = principal; // the access log names the account
-    const tracked = keys.track(principal.keyId);
-    res.on('close', tracked.release);
-    res.locals.caller = {
-      accountId: principal.accountId,
-      principal,
-      signal: tracked.signal,
-    } satisfies Caller;
+    res.locals.caller = trackedCaller(keys, principal, res);
   };
+}
+
+/** The tracked call a response releases when it closes (one listener shared by every response). */
+const TRACKED = Symbol('tracked call');
+type WithTracked = Response & { [TRACKED]?: TrackedCall };
+function releaseTracked(this: WithTracked) {
+  this[TRACKED]?.release();
+}
+
+/** A key's caller, tracked until the response closes: its signal is made only if read. */
+function trackedCaller(keys: KeyService, principal: Principal, res: Response, session?: true): KeyCaller {
+  const tracked = keys.track(principal.keyId);
+  (res as WithTracked)[TRACKED] = tracked;
+  res.on('close', releaseTracked);
+  return new TrackedCaller(principal, tracked, session);
+}
+
+class TrackedCaller implements KeyCaller {
+  readonly accountId: string;
+  readonly session?: true;
+  constructor(
+    readonly principal: Principal,
+    readonly tracked: TrackedCall,
+    session?: true,
+  ) {
+    this.accountId = principal.accountId;
+    if (session) this.session = session;
+  }
+  get signal(): AbortSignal {
+    return this.tracked.signal;
+  }
 }
 
 async function sessionCaller(
@@ -129,9 +157,7 @@ async function sessionCaller(
   const principal = await keys.sessionPrincipal(accountId);
   if (!principal) throw new ApiError('no_inference_key');
   // Tied to that key like a Bearer call: revoking it ends the call.
-  const tracked = keys.track(principal.keyId);
-  res.on('close', tracked.release);
-  return { accountId, principal, signal: tracked.signal, session: true };
+  return trackedCaller(keys, principal, res, true);
 }
 
 /** /admin routes: the operator's ADMIN_TOKEN as a Bearer token, compared in constant time. */

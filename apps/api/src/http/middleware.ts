@@ -41,7 +41,7 @@ export function accessLog(logger: Logger, metrics: ApiMetrics): RequestHandler {
     const seconds = Number(process.hrtime.bigint() - start) / 1e9;
     const status = closed && !res.writableFinished ? 499 : res.statusCode;
     metrics.httpRequestCells.add(1, route, req.method, status);
-    metrics.httpDuration.observe({ route, method: req.method }, seconds);
+    metrics.httpDuration.observe(seconds, route, req.method);
     if (route === '/metrics' || route === '/healthz' || route === '/readyz') return;
     if (!logger.isLevelEnabled('info')) return; // the line's object is not even built
     logger.info(

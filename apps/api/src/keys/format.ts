@@ -1,6 +1,6 @@
 // API key values: `svc_live_` + 33 base62 characters from the CSPRNG = 42 characters (spec §2),
 // about 196 bits of randomness. Only a hash is stored; listings show the prefix.
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 export const KEY_PREFIX = 'svc_live_';
 export const KEY_LENGTH = 42;
@@ -40,7 +40,8 @@ export type KeyHasher = (value: string) => string;
 export function keyHasher(secret?: string): KeyHasher {
   return secret
     ? (value) => createHmac('sha256', secret).update(value).digest('hex')
-    : (value) => createHash('sha256').update(value).digest('hex');
+    : // crypto.hash: the one-shot digest, without a Hash object per call (every proxied request hashes its key).
+      (value) => hash('sha256', value, 'hex');
 }
 
 /** Constant-time equality of two hex digests of equal length. */

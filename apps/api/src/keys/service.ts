@@ -17,6 +17,62 @@ import {
 } from './format.ts';
 
 /** What the request path knows about a verified key. */
+/** What a revocation of its key ends, told directly (a proxied call's scope, ../proxy/scope.ts). */
+export interface Revocable {
+  revoke(reason: unknown): void;
+}
+
+/** A request tied to its key (KeyService.track). */
+export interface TrackedCall {
+  /**
+   * Aborts, with 401 `Invalid API key` as its reason, when the key is revoked. Made when first read:
+   * a proxied call links its scope instead (`link`) and never makes one.
+   */
+  readonly signal: AbortSignal;
+  /** Tells `target` of a revocation (at once if the key was already revoked); undefined: no longer. */
+  link(target: Revocable | undefined): void;
+  release(): void;
+}
+
+/** One tracked request: no AbortController unless its signal is read. */
+class Tracked implements TrackedCall, Revocable {
+  private controller: AbortController | undefined;
+  private reason: unknown;
+  private linked: Revocable | undefined;
+
+  constructor(
+    readonly keyId: string,
+    private readonly calls: Map<string, Set<Tracked>>,
+  ) {}
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.reason !== undefined) this.controller.abort(this.reason);
+    }
+    return this.controller.signal;
+  }
+
+  link(target: Revocable | undefined): void {
+    this.linked = target;
+    if (target && this.reason !== undefined) target.revoke(this.reason);
+  }
+
+  revoke(reason: unknown): void {
+    if (this.reason !== undefined) return;
+    this.reason = reason;
+    this.controller?.abort(reason);
+    this.linked?.revoke(reason);
+  }
+
+  release(): void {
+    const s = this.calls.get(this.keyId);
+    if (!s) return;
+    s.delete(this);
+    if (s.size === 0) this.calls.delete(this.keyId);
+  }
+}
+
 export interface Principal {
   keyId: string;
   accountId: string;
@@ -82,10 +138,10 @@ export interface KeyService {
   /** Null when the account has no such key. */
   revoke(accountId: string, keyId: string): Promise<KeyRecord | null>;
   /**
-   * Ties a request to its key: the signal aborts (reason: 401 `Invalid API key`) when the key is
-   * revoked. Call `release` when the request ends.
+   * Ties a request to its key: revoking the key aborts it (reason: 401 `Invalid API key`). Call
+   * `release` when the request ends.
    */
-  track(keyId: string): { signal: AbortSignal; release(): void };
+  track(keyId: string): TrackedCall;
   /** Writes pending last-used times now (also done periodically and at close). */
   flush(): Promise<void>;
   close(): Promise<void>;
@@ -135,7 +191,7 @@ export function keyService(deps: {
   // Bumped by every eviction: a lookup that started before one must not fill the cache, or a key
   // revoked while its row was being read could come back.
   let epoch = 0;
-  const inflight = new Map<string, Set<AbortController>>();
+  const inflight = new Map<string, Set<Tracked>>();
   let lastUsed = new Map<string, Date>();
 
   const evict = (keyId: string, keyHash?: string) => {
@@ -144,9 +200,9 @@ export function keyService(deps: {
       if (keyHash) map.delete(keyHash);
       else for (const [h, p] of map) if (p.keyId === keyId) map.delete(h);
     }
-    const controllers = inflight.get(keyId);
-    if (controllers) {
-      for (const c of controllers) c.abort(new ApiError('invalid_api_key'));
+    const calls = inflight.get(keyId);
+    if (calls) {
+      for (const c of calls) c.revoke(new ApiError('invalid_api_key'));
       inflight.delete(keyId);
     }
   };
@@ -305,19 +361,11 @@ export function keyService(deps: {
     },
 
     track(keyId) {
-      const controller = new AbortController();
+      const call = new Tracked(keyId, inflight);
       let set = inflight.get(keyId);
       if (!set) inflight.set(keyId, (set = new Set()));
-      set.add(controller);
-      return {
-        signal: controller.signal,
-        release() {
-          const s = inflight.get(keyId);
-          if (!s) return;
-          s.delete(controller);
-          if (s.size === 0) inflight.delete(keyId);
-        },
-      };
+      set.add(call);
+      return call;
     },
 
     flush,

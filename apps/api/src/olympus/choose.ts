@@ -153,6 +153,17 @@ export async function chooseModel(
   };
 }
 
+/**
+ * The model a call goes to on Olympus's choice: the chosen one, with Olympus's next choices after its
+ * own fallbacks (over capacity, the call moves on to them).
+ */
+export function chosenModel(choice: Pick<OlympusChoice, 'model' | 'alternatives'>): CatalogModel {
+  return {
+    ...choice.model,
+    fallbacks: [...new Set([...choice.model.fallbacks, ...choice.alternatives])],
+  };
+}
+
 const KIND: Record<ModelKind, string> = {
   chat: 'a chat model',
   completion: 'a completion model',

@@ -2,6 +2,7 @@
 // revoked, the API shutting down past its grace, and the wall-clock limit (spec §8: it covers the whole call, streaming included).
 import type { Response } from 'express';
 import { ApiError } from '../errors.ts';
+import type { Revocable, TrackedCall } from '../keys/service.ts';
 
 /** The client went away: nothing more to send. */
 export class ClientGone extends Error {}
@@ -32,32 +33,58 @@ function onLimit(scope: Scope) {
   );
 }
 
+/** Live scopes per shutdown signal: one listener on the signal ends them all (no listener per call). */
+const live = new WeakMap<AbortSignal, Set<Scope>>();
+
+function liveScopes(shutdown: AbortSignal): Set<Scope> {
+  let scopes = live.get(shutdown);
+  if (!scopes) {
+    const set = new Set<Scope>();
+    live.set(shutdown, set);
+    shutdown.addEventListener(
+      'abort',
+      () => {
+        for (const scope of set) scope.revoke(shutdown.reason);
+      },
+      { once: true },
+    );
+    scopes = set;
+  }
+  return scopes;
+}
+
 /**
- * One object per call, no closures: it listens to the revocation and shutdown signals itself
- * (handleEvent: either one aborts the call with its own reason).
+ * One object per call, no closures: a key's revocation tells it directly (a linked TrackedCall, or
+ * it listens to a plain signal itself: handleEvent), and the API's shutdown past its grace through
+ * the set of live scopes; either aborts the call with its own reason.
  */
-class Scope implements CallScope {
+class Scope implements CallScope, Revocable {
   readonly controller = new AbortController();
   private readonly limit: NodeJS.Timeout;
-  private readonly shutdown: AbortSignal | undefined;
+  private readonly live: Set<Scope> | undefined;
 
   constructor(
     private readonly res: Scoped,
-    private readonly revocation: AbortSignal | undefined,
+    private readonly revocation: TrackedCall | AbortSignal | undefined,
     readonly limitMs: number,
   ) {
     res[SCOPE] = this;
     res.on('close', onResponseClose);
     this.limit = setTimeout(onLimit, limitMs, this);
-    revocation?.addEventListener('abort', this, { once: true });
+    if (revocation instanceof AbortSignal) revocation.addEventListener('abort', this, { once: true });
+    else revocation?.link(this);
     // The API shutting down past its grace (server.ts): the call ends with an error the client sees.
-    this.shutdown = res.app?.locals.shutdown as AbortSignal | undefined;
-    if (this.shutdown?.aborted) this.controller.abort(this.shutdown.reason);
-    else this.shutdown?.addEventListener('abort', this, { once: true });
+    const shutdown = res.app?.locals.shutdown as AbortSignal | undefined;
+    if (shutdown?.aborted) this.controller.abort(shutdown.reason);
+    else if (shutdown) (this.live = liveScopes(shutdown)).add(this);
   }
 
   get signal(): AbortSignal {
     return this.controller.signal;
+  }
+
+  revoke(reason: unknown): void {
+    this.controller.abort(reason);
   }
 
   handleEvent(event: Event): void {
@@ -68,11 +95,20 @@ class Scope implements CallScope {
     clearTimeout(this.limit);
     this.res.off('close', onResponseClose);
     if (this.res[SCOPE] === this) this.res[SCOPE] = undefined;
-    this.revocation?.removeEventListener('abort', this);
-    this.shutdown?.removeEventListener('abort', this);
+    if (this.revocation instanceof AbortSignal) this.revocation.removeEventListener('abort', this);
+    else this.revocation?.link(undefined);
+    this.live?.delete(this);
   }
 }
 
-export function callScope(res: Response, revocation: AbortSignal | undefined, limitMs: number): CallScope {
+/**
+ * The call's scope. `revocation`: the caller's tracked key (KeyCaller.tracked, linked without a
+ * signal) or any signal whose abort ends the call.
+ */
+export function callScope(
+  res: Response,
+  revocation: TrackedCall | AbortSignal | undefined,
+  limitMs: number,
+): CallScope {
   return new Scope(res, revocation, limitMs);
 }

@@ -50,6 +50,19 @@ const stepResultView = z.object({
   status: z.enum(['succeeded', 'failed']),
   model: z.string().optional().describe('The catalog model that answered (chat)'),
   tool: z.string().optional().describe('The MCP tool called (tool)'),
+  olympus: z
+    .object({
+      model: z.string().describe('The catalog model Olympus chose'),
+      reason: z
+        .string()
+        .describe(
+          'Why, as `x-berth-olympus-reason` says it on a live call: `route:<name>`, `cheapest`, `fastest`, `best` or `fallback`',
+        ),
+    })
+    .optional()
+    .describe(
+      'A chat step on `auto`: Olympus’s choice, made as for a live request with the same messages (when `model` differs, the chosen model was over capacity and a next choice answered)',
+    ),
   output: z.string().nullable(),
   error: z.string().nullable(),
   cost: z.string().describe('Decimal string in the billing currency'),
@@ -105,6 +118,7 @@ function viewExecution(e: ExecutionRecord, timezone: string): z.infer<typeof exe
       status: s.status,
       ...(s.model ? { model: s.model } : {}),
       ...(s.tool ? { tool: s.tool } : {}),
+      ...(s.olympus ? { olympus: s.olympus } : {}),
       output: s.output,
       error: s.error,
       cost: formatAmount(BigInt(s.cost)),
@@ -372,16 +386,15 @@ export function registerChronosRoutes(routes: Routes, deps: ChronosRouteDeps): v
     async ({ caller, params, res }) => {
       await admit(caller);
       const run = await owned(caller, params.id);
-      const reservation = await deps.wallet.reserve({
-        accountId: run.accountId,
-        amount: await chronos.admission(run),
-      });
-      if (!reservation.ok) throw new ApiError('insufficient_balance');
-      // Only a check: the replica that runs it reserves again, step by step.
-      reservation.hold.release();
       const id = newId('chx');
+      const admission = await chronos.admission(run, id, caller.signal);
+      const reservation = await deps.wallet.reserve({ accountId: run.accountId, amount: admission.amount });
+      if (!reservation.ok) throw new ApiError('insufficient_balance');
+      // Only a check: the replica that runs it reserves again, step by step (a first step on `auto`
+      // on the model chosen here).
+      reservation.hold.release();
       const execution = await repo.queueManual(run, id, (db) =>
-        chronos.enqueueExecute(db, id, run.steps.length),
+        chronos.enqueueExecute(db, id, run.steps.length, admission.first),
       );
       res.status(202).json(viewExecution(execution, run.timezone));
     },

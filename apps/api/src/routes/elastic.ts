@@ -12,7 +12,7 @@ import type { ElasticCatalog } from '../elastic/catalog.ts';
 import { type ElasticCaller, FALLBACK_HEADER, MODEL_HEADER } from '../elastic/call.ts';
 import { adminModel, adminView, entryBody, modelName, type ModelKind } from '../elastic/entry.ts';
 import { callDedicated, type DedicatedDeps } from './dedicated.ts';
-import { chooseModel, type OlympusDeps } from '../olympus/choose.ts';
+import { chooseModel, chosenModel, type OlympusDeps } from '../olympus/choose.ts';
 import { isOlympusModel, OLYMPUS_HEADER } from '../olympus/pick.ts';
 import { answerManaged, managedTools, type ManagedToolDeps } from '../tools/elastic.ts';
 
@@ -166,11 +166,7 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
               signal: caller.signal,
             },
           );
-          // Over capacity, the call moves on to the model's own fallbacks, then Olympus's next choices.
-          model = {
-            ...choice.model,
-            fallbacks: [...new Set([...choice.model.fallbacks, ...choice.alternatives])],
-          };
+          model = chosenModel(choice);
           olympus = true;
           res.setHeader(OLYMPUS_HEADER, choice.reason);
         }
@@ -182,7 +178,7 @@ export function registerElasticRoutes(routes: Routes, deps: ElasticRouteDeps): v
           });
         const asks =
           r.kinds.includes('chat') && r.path !== '/api/completions' ? managedTools(payload.tools) : undefined;
-        const scope = callScope(res, caller.signal, deps.requestTimeoutMs);
+        const scope = callScope(res, caller.tracked ?? caller.signal, deps.requestTimeoutMs);
         try {
           if (asks) {
             if (!deps.managed)

@@ -154,6 +154,12 @@ export function engineLoadSampler(o: EngineLoadOptions): EngineLoadSampler {
         forget(set);
         continue;
       }
+      // One replica: there is nothing to choose between, so its engine's count could not change a
+      // pick; it is not scraped (most endpoints, and every call of a single-replica one).
+      if (set.replicas.length < 2) {
+        forget(set);
+        continue;
+      }
       for (const r of set.replicas) {
         if (now - r.sampledAt > STALE_INTERVALS * interval) r.others = 0;
         scrapes.push(scrape(r));
