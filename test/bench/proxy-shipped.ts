@@ -6,10 +6,10 @@
 // process (its address read from the endpoint's logs), and the baseline is the bare node:http + undici
 // proxy of the proxy benchmark, pointed at the same engine; the proxy benchmark's harness (createApp with
 // the in-memory runtime) runs as a fourth path, so product-vs-harness differences show in one run. Latency alternates request by request
-// across the three; CPU is each proxy process's user + system time from /proc/<pid>/stat over batches
+// across the three; CPU is each proxy process's run time from /proc/<pid>/task/*/schedstat over batches
 // rotating across the processes, divided by the batch. All traffic to 127.0.0.1.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -37,14 +37,25 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback);
 const LAT_N = env('BENCH_PROXY_REQUESTS', 3000);
 const CPU_N = env('BENCH_PROXY_CPU_REQUESTS', 6000);
-const ROUNDS = 6;
+const ROUNDS = env('BENCH_PROXY_CPU_ROUNDS', 12);
 const TICK_US = 1e6 / 100; // USER_HZ: /proc times are in 1/100 s
 
-/** user + system CPU of a process, in µs, from /proc/<pid>/stat. */
+/**
+ * CPU time of a process, in µs: the nanosecond run time of each of its threads
+ * (/proc/<pid>/task/<tid>/schedstat, field 1), summed; /proc/<pid>/stat's 10 ms ticks where that
+ * is not available.
+ */
 export function cpuUs(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * TICK_US; // utime, stime (fields 14 and 15)
+  try {
+    let ns = 0;
+    for (const tid of readdirSync(`/proc/${pid}/task`))
+      ns += Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]);
+    return ns / 1000;
+  } catch {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_US; // utime, stime (fields 14 and 15)
+  }
 }
 
 function freePort(): Promise<number> {
@@ -190,11 +201,11 @@ export async function benchProxyShipped(): Promise<string> {
       [viaHarness, harness.child.pid!],
       ...(viaBase ? [[viaBase, base!.child.pid!] as [Target, number]] : []),
     ];
-    const cpu: Record<string, { us: number; n: number }> = {
-      bare: { us: 0, n: 0 },
-      berth: { us: 0, n: 0 },
-      harness: { us: 0, n: 0 },
-      baseline: { us: 0, n: 0 },
+    const cpu: Record<string, { us: number; n: number; rounds: number[] }> = {
+      bare: { us: 0, n: 0, rounds: [] },
+      berth: { us: 0, n: 0, rounds: [] },
+      harness: { us: 0, n: 0, rounds: [] },
+      baseline: { us: 0, n: 0, rounds: [] },
     };
     for (const [t] of pids) await concurrent(t, 500, CPU_CONCURRENCY, false, 16);
     for (let r = 0; r < ROUNDS; r++)
@@ -205,6 +216,7 @@ export async function benchProxyShipped(): Promise<string> {
         if (res.ok !== CPU_N / ROUNDS) throw new Error(`${t.name}: ${res.ok} of ${CPU_N / ROUNDS} answered`);
         cpu[t.name]!.us += after - before;
         cpu[t.name]!.n += res.ok;
+        cpu[t.name]!.rounds.push((after - before) / res.ok);
       }
     for (const t of targets) await Promise.all([t.single.close(), t.many.close()]);
 
@@ -217,13 +229,21 @@ export async function benchProxyShipped(): Promise<string> {
     const B = base ? summarize(lat.baseline!) : undefined;
     const per = (name: string) => cpu[name]!.us / cpu[name]!.n;
     const ratio = per('berth') / per('bare');
+    // Each round's ratio to the bare proxy's in the same round (the machine's state moves between
+    // rounds more than between two adjacent batches): median, and the range.
+    const perRound = (name: string) => {
+      const r = cpu[name]!.rounds.map((us, i) => us / cpu.bare!.rounds[i]!).sort((a, b) => a - b);
+      const mid = r.length >> 1;
+      const median = r.length % 2 ? r[mid]! : (r[mid - 1]! + r[mid]!) / 2;
+      return `${f(median, 2)}× (${f(r[0]!, 2)}–${f(r[r.length - 1]!, 2)}×)`;
+    };
     const added = L.berth.p50 - L.direct.p50;
     const row = (k: 'p50' | 'p99' | 'mean') =>
       `| ${k} | ${f(L.direct[k])} ms | ${f(L.bare[k])} ms | ${f(L.berth[k])} ms | ${f(L.harness[k])} ms | ${signed(L.bare[k] - L.direct[k])} ms | ${signed(L.berth[k] - L.direct[k])} ms | ${signed(L.harness[k] - L.direct[k])} ms |`;
     return [
       `### Result (${new Date().toISOString().slice(0, 10)}, ${machine()}, load average at start ${load.map((x) => x.toFixed(1)).join(' / ')})`,
       '',
-      `Berth as shipped: \`npm start\` (apps/api/src/main.ts), local mode, PostgreSQL, LOG_LEVEL=warn, the endpoint's engine run by the local runtime (TTFT 0, ITL 0). ${LAT_N} non-streamed chat completions (16 tokens) per path, one keep-alive connection per path, alternating request by request after a warm-up of 500 per path. CPU: ${CPU_N} requests per proxy, ${CPU_CONCURRENCY} in flight, ${ROUNDS} batches alternating between the processes; /proc/<pid>/stat of each proxy process (10 ms ticks).`,
+      `Berth as shipped: \`npm start\` (apps/api/src/main.ts), local mode, PostgreSQL, LOG_LEVEL=warn, the endpoint's engine run by the local runtime (TTFT 0, ITL 0). ${LAT_N} non-streamed chat completions (16 tokens) per path, one keep-alive connection per path, alternating request by request after a warm-up of 500 per path. CPU: ${CPU_N} requests per proxy, ${CPU_CONCURRENCY} in flight, in ${ROUNDS} rounds of one batch per process (the order rotating); each proxy process's CPU time from /proc/<pid>/task/*/schedstat (ns).`,
       '',
       '| latency | direct | bare undici proxy | Berth (`npm start`) | Berth (harness) | added by bare | added by Berth | added by the harness |',
       '|---|---|---|---|---|---|---|---|',
@@ -233,7 +253,8 @@ export async function benchProxyShipped(): Promise<string> {
       '',
       '| CPU per non-streamed request | bare | Berth (`npm start`) | Berth / bare | harness | harness / bare |',
       '|---|---|---|---|---|---|',
-      `| µs | ${f(per('bare'), 0)} | ${f(per('berth'), 0)} | ${f(ratio, 2)}× | ${f(per('harness'), 0)} | ${f(per('harness') / per('bare'), 2)}× |`,
+      `| µs, all rounds | ${f(per('bare'), 0)} | ${f(per('berth'), 0)} | ${f(ratio, 2)}× | ${f(per('harness'), 0)} | ${f(per('harness') / per('bare'), 2)}× |`,
+      `| per round: median (range) of the ratio to the bare proxy's in the same round | | | ${perRound('berth')} | | ${perRound('harness')} |`,
       '',
       ...(B
         ? [
@@ -244,6 +265,7 @@ export async function benchProxyShipped(): Promise<string> {
             '|---|---|---|---|---|---|',
             `| this tree | ${signed(L.berth.p50 - L.direct.p50)} ms | ${signed(L.berth.p99 - L.direct.p99)} ms | ${f((L.berth.p50 - L.direct.p50) / (L.bare.p50 - L.direct.p50), 2)}× | ${f(per('berth'), 0)} µs | ${f(ratio, 2)}× |`,
             `| baseline | ${signed(B.p50 - L.direct.p50)} ms | ${signed(B.p99 - L.direct.p99)} ms | ${f((B.p50 - L.direct.p50) / (L.bare.p50 - L.direct.p50), 2)}× | ${f(per('baseline'), 0)} µs | ${f(per('baseline') / per('bare'), 2)}× |`,
+            `| per round (median, range) | | | | | this tree ${perRound('berth')}; baseline ${perRound('baseline')} |`,
           ]
         : []),
       '',

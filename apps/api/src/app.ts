@@ -304,6 +304,7 @@ export function createApp(deps: AppDeps): express.Express {
 
 const FAST_ENTRY = Symbol('fast entry');
 type BerthApp = express.Express & { [FAST_ENTRY]?: (req: IncomingMessage, res: ServerResponse) => boolean };
+/** next() for the prelude's middleware: an error is thrown to fastEntry, which answers it. */
 const proceed = (err?: unknown) => {
   if (err) throw err;
 };
@@ -333,16 +334,23 @@ function fastEntry(
     res.locals ??= Object.create(null) as Record<string, unknown>;
     req.originalUrl = req.url;
     req.baseUrl = '';
-    for (const handler of prelude) void handler(req, res, proceed);
-    fast.serve(req, res, route).catch((err: unknown) => {
-      try {
-        errors(err, req, res, proceed);
-      } catch {
-        res.destroy(); // as Express's final handler would end a response its error handler could not
-      }
-    });
+    try {
+      for (const handler of prelude) void handler(req, res, proceed); // synchronous: next() or throw
+    } catch (err) {
+      fail(errors, err, req, res);
+      return true;
+    }
+    fast.serve(req, res, route).catch((err: unknown) => fail(errors, err, req, res));
     return true;
   };
+}
+
+function fail(errors: ErrorRequestHandler, err: unknown, req: express.Request, res: express.Response): void {
+  try {
+    errors(err, req, res, () => {});
+  } catch {
+    res.destroy(); // as Express's final handler would end a response its error handler could not
+  }
 }
 
 /**

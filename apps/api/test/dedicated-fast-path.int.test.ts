@@ -5,7 +5,7 @@
 // with a trailing slash (Express's non-strict matching gives it to the registered route; the fast
 // path leaves it alone, as the dispatch test below shows). Status, error body and the headers a
 // client reads must be the same. Real keys on PostgreSQL, a real engine simulator.
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
 import express from 'express';
 import { openMigratedDatabase } from '@berth/db';
@@ -284,6 +284,36 @@ describe('the fast path answers as the registered route does', () => {
     expect(await metrics.registry.metrics()).toMatch(
       /berth_http_requests_total\{route="\/api\/d\/:id\/chat\/completions",method="POST",status="200"\} [1-9]/,
     );
+  });
+
+  it('a body that arrives after the headers, in pieces, is waited for; one that came with them is read at once', async () => {
+    const body = JSON.stringify(chat);
+    const port = (server.address() as AddressInfo).port;
+    const raw = (pieces: string[], gapMs: number) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(port, '127.0.0.1');
+        let answer = '';
+        socket.on('data', (d: Buffer) => {
+          answer += d.toString();
+          if (/\r\n\r\n[\s\S]*"usage"/.test(answer) || answer.startsWith('HTTP/1.1 4')) socket.end();
+        });
+        socket.on('end', () => resolve(answer));
+        socket.on('error', reject);
+        const head =
+          `POST /api/d/${ID}/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${owner}\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`;
+        void (async () => {
+          for (const [i, piece] of [head, ...pieces].entries()) {
+            if (i > 0) await new Promise((r) => setTimeout(r, gapMs));
+            socket.write(piece);
+          }
+        })();
+      });
+    const split = [body.slice(0, 10), body.slice(10, 30), body.slice(30)];
+    for (const answer of [await raw(split, 30), await raw([body], 0)]) {
+      expect(answer.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
+      expect(answer).toContain('"completion_tokens":4');
+    }
   });
 
   it('GET models: the same answer', async () => {

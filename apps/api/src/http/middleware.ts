@@ -200,7 +200,7 @@ function readJson(req: Read, length: number): Promise<void> {
  * path): the common body — a Content-Length of at most the limit, no Content-Encoding,
  * `application/json` (UTF-8) — is read and parsed here, without body-parser; anything else goes
  * through jsonBody()'s own handlers, so every refusal (415, 413, 400) is word for word theirs.
- * Returns nothing (no promise) when there is no body.
+ * Returns nothing (no promise) when there is no body, or when it had already arrived (read at once).
  */
 export function jsonBodyReader(
   limitBytes: number,
@@ -225,7 +225,18 @@ export function jsonBodyReader(
       (req.complete && !req.readable)
     )
       return runHandlers(general, req, res);
-    return readJson(req, Number(length));
+    const n = Number(length);
+    // Its Content-Length bytes already buffered — it came with the headers, the usual case by the
+    // time the caller is authenticated — and nothing reading it: taken now, without listeners or a
+    // promise (the HTTP framing guarantees the body is exactly those bytes).
+    if (req.readableLength === n && req.readableFlowing === null) {
+      const buf = req.read(n) as Buffer | null;
+      if (buf?.length === n) {
+        req.body = parseJsonText(buf);
+        return undefined;
+      }
+    }
+    return readJson(req, n);
   };
 }
 
