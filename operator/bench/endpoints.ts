@@ -19,6 +19,7 @@ import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
 import { desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
 import type { KubernetesListObject, KubernetesObject, V1Deployment } from '@kubernetes/client-node';
+import { DiscoveryV1Api } from '@kubernetes/client-node';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
 import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
@@ -27,10 +28,13 @@ import {
   countRequests,
   createAsApi,
   etcdDbMiB,
+  histogramSum,
   metric,
   metricBy,
+  monitorPhase,
   noOpResync,
   releaseAll,
+  startCpuProfile,
   watchUntil,
 } from './lib.ts';
 
@@ -93,6 +97,7 @@ const build = {
   modelCache: config.modelCache,
   hfEndpoint: fakeHub.url,
 };
+const baseMon = await monitorPhase();
 const tb = Date.now();
 for (let i = 0; i < N; i += 25) {
   await Promise.all(
@@ -129,19 +134,44 @@ const ready = await watchUntil(
   (d: V1Deployment) => (d.status?.readyReplicas ?? 0) >= 1,
   N,
   15 * 60_000,
+  baseMon.progress,
 );
 const baseReady = Date.now() - tb;
-await base.remove();
-// Let the garbage collector and kwok finish with the baseline's pods before Berth's run.
-for (let i = 0; i < 300; i++) {
-  const pods = await baseCluster.core.listNamespacedPod({ namespace: base.name }).catch(() => undefined);
-  if (!pods?.items.length) break;
-  await new Promise((r) => setTimeout(r, 2000));
-}
+const baselinePhase = await baseMon.end();
+// The baseline's objects are removed, and the control plane done with removing them, before Berth's
+// run: its Deployments and Services deleted directly, then waiting until no Deployment, ReplicaSet,
+// pod, Service or EndpointSlice of it is left. (Deleting the namespace instead let its teardown run
+// through Berth's phase: the namespace controller backs off between attempts, and the Deployment
+// controller kept trying to create ReplicaSets in the terminating namespace, minutes long.) The
+// namespace itself, with its Events, goes at the end.
+const tTeardown = Date.now();
+await baseCluster.apps.deleteCollectionNamespacedDeployment({
+  namespace: base.name,
+  propagationPolicy: 'Background',
+});
+await baseCluster.core.deleteCollectionNamespacedService({ namespace: base.name });
+const baseLeft = async () => {
+  const one = { namespace: base.name, limit: 1 };
+  const lists = await Promise.all([
+    baseCluster.apps.listNamespacedDeployment(one),
+    baseCluster.apps.listNamespacedReplicaSet(one),
+    baseCluster.core.listNamespacedPod(one),
+    baseCluster.core.listNamespacedService(one),
+    baseCluster.kc.makeApiClient(DiscoveryV1Api).listNamespacedEndpointSlice(one),
+  ]).catch(() => undefined);
+  return !lists || lists.some((l) => l.items.length > 0);
+};
+for (let i = 0; i < 300 && (await baseLeft()); i++) await new Promise((r) => setTimeout(r, 2000));
+const baselineTeardownSeconds = +((Date.now() - tTeardown) / 1000).toFixed(1);
 
 // Only the operator's own requests from here on (the bench's own are subtracted below).
 requests.reset();
 const op = await start(config);
+const berthMon = await monitorPhase();
+// BERTH_BENCH_CPU_PROFILE=file.cpuprofile: a CPU profile of this process during Berth's phase only.
+const stopProfile = process.env.BERTH_BENCH_CPU_PROFILE
+  ? await startCpuProfile(process.env.BERTH_BENCH_CPU_PROFILE)
+  : undefined;
 
 const t0 = Date.now();
 // The bench's own requests (its creates and its watch), subtracted from the operator's count.
@@ -172,9 +202,14 @@ const up = await watchUntil(
   (e) => e.status?.phase === 'up',
   N,
   15 * 60_000,
+  berthMon.progress,
 );
 benchOwn += 2; // its watch: one list, one watch request
 const allUp = Date.now() - t0;
+await stopProfile?.();
+const berthPhase = await berthMon.end();
+// Little's law: the mean number of passes in flight is the passes' total time over the wall time.
+const passSeconds = await histogramSum(op, 'berth_operator_reconcile_duration_seconds');
 // What it took the operator to bring the N up (requests: the operator's own, the bench's subtracted).
 const toUp = {
   requests: requests.count - benchOwn,
@@ -211,6 +246,7 @@ process.stdout.write(
       benchNodes: NODES,
       baselineDeploymentsReady: ready,
       baselineAllReadySeconds: +(baseReady / 1000).toFixed(1),
+      baselineTeardownSeconds,
       ratioToBaseline: +(allUp / baseReady).toFixed(2),
       createdMs: created,
       up,
@@ -230,6 +266,11 @@ process.stdout.write(
       totalRequests: requests.count,
       reconciles,
       noOpResync: resync,
+      passes: {
+        meanSeconds: +(passSeconds.sum / (passSeconds.count || 1)).toFixed(3),
+        meanInFlight: +(passSeconds.sum / (allUp / 1000)).toFixed(1),
+      },
+      phases: { baseline: baselinePhase, berth: berthPhase },
     },
     null,
     1,
@@ -240,6 +281,7 @@ await op.stop();
 await fakeHub.close();
 await releaseAll(k);
 await ns.remove();
+await base.remove();
 await kubectlOk([
   'delete',
   'node',

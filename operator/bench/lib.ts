@@ -1,11 +1,15 @@
 // Shared parts of the operator benchmarks (endpoints.ts, hibernated.ts).
 import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import * as inspector from 'node:inspector/promises';
+import { basename } from 'node:path';
 import { createRequire } from 'node:module';
 import type { DedicatedEndpointSpecInput } from '@berth/crds';
 import { ANNOTATION_DISPLAY_NAME, API_VERSION, FINALIZER, GROUP, KIND, PLURAL, VERSION } from '@berth/crds';
 import type { OperatorHandle } from '@berth/operator';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { makeInformer } from '@kubernetes/client-node';
+import { kubectlOk } from '@berth/test/cluster/env';
 import type { Cluster } from '@berth/test/support/operator';
 
 /** Every HTTP request this process's Kubernetes client makes (client-node's own undici), counted. */
@@ -114,6 +118,19 @@ export async function noOpResync(
   };
 }
 
+/** A histogram's sum and count (over its labels). */
+export async function histogramSum(
+  op: OperatorHandle,
+  name: string,
+): Promise<{ sum: number; count: number }> {
+  const values = (await op.metrics.registry.getMetricsAsJSON()).find((m) => m.name === name)?.values ?? [];
+  const total = (suffix: string) =>
+    values
+      .filter((v) => (v as { metricName?: string }).metricName === `${name}${suffix}`)
+      .reduce((s, v) => s + Number(v.value), 0);
+  return { sum: total('_sum'), count: total('_count') };
+}
+
 export async function metricBy(
   op: OperatorHandle,
   name: string,
@@ -189,7 +206,7 @@ export async function releaseAll(k: Cluster, n = 32): Promise<void> {
 /**
  * Waits until `n` objects of a watched collection satisfy `done` (an informer: the API server sends
  * changes, not the whole list every poll, so watching costs both sides little). Resolves with how
- * many did, at the deadline at the latest.
+ * many did, at the deadline at the latest. `progress` gets a function that tells how many do so far.
  */
 export async function watchUntil<T extends KubernetesObject>(
   kc: KubeConfig,
@@ -198,9 +215,11 @@ export async function watchUntil<T extends KubernetesObject>(
   done: (o: T) => boolean,
   n: number,
   timeoutMs: number,
+  progress?: (done: () => number) => void,
 ): Promise<number> {
   const informer = makeInformer<T>(kc, path, list);
   const ok = new Set<string>();
+  progress?.(() => ok.size);
   let finish!: () => void;
   const finished = new Promise<void>((r) => (finish = r));
   const see = (o: T) => {
@@ -218,4 +237,183 @@ export async function watchUntil<T extends KubernetesObject>(
   clearTimeout(timer);
   await informer.stop();
   return ok.size;
+}
+
+/** The control plane's processes, by command name (argv[0]'s base name), and this process itself. */
+const CONTROL_PLANE = [
+  'kube-apiserver',
+  'etcd',
+  'kube-controller-manager',
+  'kube-scheduler',
+  'kwok',
+] as const;
+const CLOCK_TICKS = 100; // USER_HZ: /proc/<pid>/stat counts CPU time in 1/100 s on Linux
+
+/** CPU seconds (user + system) so far of a process, from /proc/<pid>/stat; 0 when it is gone. */
+function cpuSecondsOf(pid: number | string): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces), from the state (field 3) on.
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) / CLOCK_TICKS; // utime, stime: fields 14 and 15
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * A snapshot of CPU time: each control-plane process's and this process's (the bench and the
+ * operator run in it) in seconds, plus the machine's busy and total CPU seconds (/proc/stat).
+ */
+export interface CpuSnapshot {
+  at: number;
+  byProcess: Record<string, number>;
+  machineBusy: number;
+  machineTotal: number;
+}
+
+export function cpuSnapshot(): CpuSnapshot {
+  const byProcess: Record<string, number> = {};
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let argv0 = '';
+    try {
+      argv0 = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] ?? '';
+    } catch {
+      continue;
+    }
+    const name = basename(argv0);
+    if ((CONTROL_PLANE as readonly string[]).includes(name))
+      byProcess[name] = (byProcess[name] ?? 0) + cpuSecondsOf(pid);
+  }
+  byProcess['bench+operator'] = cpuSecondsOf(process.pid);
+  const [, ...ticks] = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/);
+  const t = ticks.map(Number);
+  const total = t.reduce((a, b) => a + b, 0);
+  const idle = (t[3] ?? 0) + (t[4] ?? 0); // idle + iowait
+  return {
+    at: Date.now(),
+    byProcess,
+    machineBusy: (total - idle) / CLOCK_TICKS,
+    machineTotal: total / CLOCK_TICKS,
+  };
+}
+
+/**
+ * CPU spent between two snapshots: seconds per process, the rest of the machine (other processes:
+ * other engineers' work, kubectl, the kernel), the machine's busy fraction of its cores, and
+ * the wall time.
+ */
+export function cpuBetween(a: CpuSnapshot, b: CpuSnapshot) {
+  const seconds = Object.fromEntries(
+    Object.keys(b.byProcess).map((k) => [k, +((b.byProcess[k] ?? 0) - (a.byProcess[k] ?? 0)).toFixed(1)]),
+  );
+  const ours = Object.values(seconds).reduce((s, v) => s + v, 0);
+  const busy = b.machineBusy - a.machineBusy;
+  return {
+    wallSeconds: +((b.at - a.at) / 1000).toFixed(1),
+    cpuSeconds: seconds,
+    cpuSecondsMeasured: +ours.toFixed(1),
+    cpuSecondsRestOfMachine: +(busy - ours).toFixed(1),
+    machineBusyFraction: +(busy / (b.machineTotal - a.machineTotal)).toFixed(2),
+  };
+}
+
+/**
+ * The API server's request counters (apiserver_request_total) and the time it spent serving them
+ * (apiserver_request_duration_seconds_sum, watches excluded), summed by `verb resource[/subresource]`,
+ * from its /metrics (one kubectl call: cheap next to a phase of thousands of requests).
+ */
+export async function apiserverRequests(): Promise<Record<string, { n: number; s: number }>> {
+  const text = await kubectlOk(['get', '--raw', '/metrics']).catch(() => '');
+  const out: Record<string, { n: number; s: number }> = {};
+  for (const line of text.split('\n')) {
+    const total = line.startsWith('apiserver_request_total{');
+    if (!total && !line.startsWith('apiserver_request_duration_seconds_sum{')) continue;
+    const labels = Object.fromEntries(
+      [...line.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!] as const),
+    );
+    const key = `${labels.verb} ${labels.resource}${labels.subresource ? `/${labels.subresource}` : ''}`;
+    const v = Number(line.slice(line.lastIndexOf(' ') + 1));
+    const o = (out[key] ??= { n: 0, s: 0 });
+    if (total) o.n += v;
+    else if (labels.verb !== 'WATCH') o.s += v;
+  }
+  return out;
+}
+
+/**
+ * Requests between two apiserverRequests() readings: the total, and per `verb resource` with at
+ * least `min` requests, `[count, seconds the API server spent on them]`.
+ */
+export function requestsBetween(
+  a: Record<string, { n: number; s: number }>,
+  b: Record<string, { n: number; s: number }>,
+  min = 20,
+) {
+  const d = Object.entries(b).map(
+    ([k, v]) => [k, v.n - (a[k]?.n ?? 0), +(v.s - (a[k]?.s ?? 0)).toFixed(1)] as const,
+  );
+  return {
+    total: d.reduce((s, [, n]) => s + n, 0),
+    serverSeconds: +d.reduce((s, [, , t]) => s + t, 0).toFixed(1),
+    byVerbResource: Object.fromEntries(
+      d
+        .filter(([, n]) => n >= min)
+        .sort(([, x], [, y]) => y - x)
+        .map(([k, n, t]) => [k, [n, t]]),
+    ),
+  };
+}
+
+/**
+ * A CPU profile of this process (the operator and the bench) between start() and stop(), written
+ * as a .cpuprofile (Chrome DevTools, speedscope) — the phase of interest only, unlike --cpu-prof.
+ */
+export async function startCpuProfile(file: string): Promise<() => Promise<void>> {
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 1000 });
+  await session.post('Profiler.start');
+  return async () => {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(file, JSON.stringify(profile));
+    session.disconnect();
+  };
+}
+
+/**
+ * Watches one phase of a bench (the baseline's Deployments to ready, Berth's endpoints to `up`):
+ * CPU seconds per process, the API server's requests by verb and resource, this process's event-loop
+ * utilisation (1.0: the operator's thread never idle), and every 5 s a timeline point
+ * `[seconds, done so far, machine busy fraction over those 5 s]`.
+ */
+export async function monitorPhase() {
+  const cpu0 = cpuSnapshot();
+  const req0 = await apiserverRequests();
+  const elu0 = performance.eventLoopUtilization();
+  let done: () => number = () => 0;
+  const timeline: [number, number, number][] = [];
+  let last = cpu0;
+  const timer = setInterval(() => {
+    const now = cpuSnapshot();
+    const busy = (now.machineBusy - last.machineBusy) / (now.machineTotal - last.machineTotal || 1);
+    timeline.push([Math.round((now.at - cpu0.at) / 1000), done(), +busy.toFixed(2)]);
+    last = now;
+  }, 5000);
+  return {
+    progress: (fn: () => number) => (done = fn),
+    async end() {
+      clearInterval(timer);
+      const cpu = cpuBetween(cpu0, cpuSnapshot());
+      const elu = performance.eventLoopUtilization(elu0);
+      return {
+        ...cpu,
+        eventLoopUtilization: +elu.utilization.toFixed(2),
+        apiserverRequests: requestsBetween(req0, await apiserverRequests()),
+        timeline,
+      };
+    },
+  };
 }

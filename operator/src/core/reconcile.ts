@@ -93,10 +93,15 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
   await deps.driver.apply(ep, instanceType, decision.desiredReplicas);
 
   const next = nextStatus(ep, decision, observed, deps.driver.url(ep), now);
-  if (!sameStatus(status, next)) await deps.store.writeStatus(ep, next);
-  for (const event of decision.events) {
-    await deps.store.recordEvent(ep, event);
-  }
+  // The status and the Events tell the same transition to different readers, and neither waits on
+  // the other: written at once, a pass costs one round trip here instead of two (the Events in
+  // their own order).
+  await Promise.all([
+    sameStatus(status, next) ? undefined : deps.store.writeStatus(ep, next),
+    (async () => {
+      for (const event of decision.events) await deps.store.recordEvent(ep, event);
+    })(),
+  ]);
   if (decision.phase !== status.phase) {
     log.info(
       { from: status.phase ?? null, to: decision.phase, reason: decision.reason },

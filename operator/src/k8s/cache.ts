@@ -112,6 +112,8 @@ export class KubeCache {
   readonly ownEndpoints = new OwnWrites<RawEndpoint>();
   readonly ownDeployments = new OwnWrites<V1Deployment>();
   readonly ownServices = new OwnWrites<V1Service>();
+  /** Each cached endpoint object, parsed (see endpoint()). */
+  private readonly parsed = new WeakMap<RawEndpoint, DedicatedEndpoint>();
   /** Reconcile-relevant fingerprint per child ("kind/namespace/name"). */
   private readonly fingerprints = new Map<string, string>();
 
@@ -262,12 +264,17 @@ export class KubeCache {
     const [ns, name] = key.split('/');
     const raw = this.ownEndpoints.get(key, this.endpoints.informer.get(name!, ns || undefined));
     if (!raw) return undefined;
+    // Parsed once per object the watch (or a write's answer) brought, not once per pass: a change
+    // replaces the cached object, and with it this entry. Passes only read the parsed endpoint.
+    const known = this.parsed.get(raw);
+    if (known) return known;
     const parsed = DedicatedEndpointSchema.safeParse(raw);
     if (!parsed.success) {
       throw new TerminalError(
         `${key} does not match the DedicatedEndpoint schema: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
       );
     }
+    this.parsed.set(raw, parsed.data);
     return parsed.data;
   }
 

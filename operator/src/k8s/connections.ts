@@ -19,17 +19,42 @@ type WithDispatcher = {
 };
 const REUSED = Symbol.for('berth.reuseConnections');
 
+/** The agent options client-node builds a dispatcher from (KubeConfig.createDispatcherOptions). */
+const TLS_FIELDS = ['ca', 'cert', 'key', 'pfx', 'passphrase', 'rejectUnauthorized', 'servername'] as const;
+
+/**
+ * The same TLS options as last time? Compared field by field (the certificates are the same
+ * strings or buffers on every request), because serialising them to compare, on every request,
+ * cost the operator measurable CPU at thousands of requests.
+ */
+function sameTls(a: AgentOptions, b: AgentOptions): boolean {
+  return TLS_FIELDS.every((f) => {
+    const x: unknown = a[f];
+    const y: unknown = b[f];
+    return x === y || (Buffer.isBuffer(x) && Buffer.isBuffer(y) && x.equals(y));
+  });
+}
+
 export function reuseConnections(kc: KubeConfig): KubeConfig {
   const k = kc as unknown as WithDispatcher & { [REUSED]?: true };
   if (k[REUSED] || typeof k.createDispatcher !== 'function') return kc;
   const create = k.createDispatcher.bind(kc);
-  let current: { key: string; dispatcher: ReturnType<WithDispatcher['createDispatcher']> } | undefined;
+  let current:
+    | {
+        cluster: Cluster | null;
+        agentOptions: AgentOptions;
+        key: string;
+        dispatcher: ReturnType<WithDispatcher['createDispatcher']>;
+      }
+    | undefined;
   k.createDispatcher = (cluster, agentOptions) => {
+    if (current && current.cluster === cluster && sameTls(current.agentOptions, agentOptions))
+      return current.dispatcher;
     const key = JSON.stringify(kc.createDispatcherOptions(cluster, agentOptions));
     if (current?.key !== key) {
       void current?.dispatcher?.close().catch(() => {});
-      current = { key, dispatcher: create(cluster, agentOptions) };
-    }
+      current = { cluster, agentOptions, key, dispatcher: create(cluster, agentOptions) };
+    } else current = { ...current, cluster, agentOptions };
     return current.dispatcher;
   };
   k[REUSED] = true;
