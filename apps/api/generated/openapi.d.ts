@@ -3708,7 +3708,7 @@ export interface operations {
                             steps: ({
                                 /** @constant */
                                 type: "chat";
-                                /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                                /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                                 model: string;
                                 messages: {
                                     /** @enum {string} */
@@ -3787,7 +3787,7 @@ export interface operations {
                     steps: ({
                         /** @constant */
                         type: "chat";
-                        /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                        /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                         model: string;
                         messages: {
                             /** @enum {string} */
@@ -3829,7 +3829,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                            /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -3925,7 +3925,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                            /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -4021,7 +4021,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                            /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */
@@ -4113,7 +4113,7 @@ export interface operations {
                     steps?: ({
                         /** @constant */
                         type: "chat";
-                        /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                        /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                         model: string;
                         messages: {
                             /** @enum {string} */
@@ -4155,7 +4155,7 @@ export interface operations {
                         steps: ({
                             /** @constant */
                             type: "chat";
-                            /** @description A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
+                            /** @description A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled */
                             model: string;
                             messages: {
                                 /** @enum {string} */

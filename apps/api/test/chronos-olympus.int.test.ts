@@ -162,9 +162,9 @@ async function embeddingCalls(): Promise<number> {
   return n;
 }
 
-const chatStep = (content: string, max_tokens = 4) => ({
+const chatStep = (content: string, max_tokens = 4, model = 'auto') => ({
   type: 'chat',
-  model: 'auto',
+  model,
   messages: [{ role: 'user', content }],
   max_tokens,
 });
@@ -258,12 +258,12 @@ describe('Chronos steps on auto choose as a live Olympus request', () => {
     });
   });
 
-  it('an unrelated prompt falls back to the objective’s choice; each step chooses for its own prompt', async () => {
+  it('an unrelated prompt falls back to the objective’s choice; each step chooses for its own prompt (olympus and olympus-auto as auto)', async () => {
     const acct = await account({ routes: ROUTES });
     await routesReady(acct.inference);
     const run = await createRun(acct.inference, [
       chatStep('What a lovely sunny day for a walk in the park'),
-      chatStep('Review this contract clause for liability'),
+      chatStep('Review this contract clause for liability', 4, 'olympus-auto'),
     ]);
     const embeddings = await embeddingCalls();
     await fireNow(run.id);
@@ -277,7 +277,7 @@ describe('Chronos steps on auto choose as a live Olympus request', () => {
 
     // Without routes, the objective decides (quality: the policy's allowed_models, best first).
     const best = await account({ objective: 'quality', allowed_models: ['lawyer', 'cheap'] });
-    const plain = await createRun(best.inference, [chatStep('Write a Python function')]);
+    const plain = await createRun(best.inference, [chatStep('Write a Python function', 4, 'olympus')]);
     await fireNow(plain.id);
     const q = await finished(best.global, plain.id);
     expect(q.status, q.reason ?? '').toBe('succeeded');

@@ -169,7 +169,7 @@ describe('validation_error names the field, and nothing is created', () => {
       'a model not in the catalog',
       { ...run, steps: [{ ...run.steps[0], model: 'nope' }] },
       'steps.0.model',
-      'Invalid request body: steps.0.model: no catalog model "nope" (GET /api/models lists them; or "auto")',
+      'Invalid request body: steps.0.model: no catalog model "nope" (GET /api/models lists them; or "auto", "olympus", "olympus-auto")',
     ],
     [
       'an unknown tool',

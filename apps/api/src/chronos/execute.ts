@@ -12,6 +12,7 @@ import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { CatalogModel } from '../elastic/entry.ts';
 import { ApiError } from '../errors.ts';
 import { chooseModel, chosenModel } from '../olympus/choose.ts';
+import { isOlympusModel } from '../olympus/pick.ts';
 import type { RouteMatcher } from '../olympus/routing.ts';
 import type { OlympusRepository } from '../repositories/olympus.ts';
 import type { ToolRepository } from '../repositories/tools.ts';
@@ -80,7 +81,7 @@ export async function chooseStepModel(
   step: ChatStep,
   call: { requestId: string; signal: AbortSignal },
 ): Promise<StepModel> {
-  if (step.model !== 'auto') {
+  if (!isOlympusModel(step.model)) {
     const model = deps.catalog.get(step.model);
     if (!model)
       throw new ApiError('validation_error', { message: `model "${step.model}" is not in the catalog` });

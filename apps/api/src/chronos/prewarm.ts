@@ -18,6 +18,7 @@
 // step's output is matched with those outputs empty.
 import type { DedicatedEndpoint } from '@berth/crds';
 import type { EndpointCache } from '../endpoints/ports.ts';
+import { isOlympusModel } from '../olympus/pick.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { CatalogModel } from '../elastic/entry.ts';
 import { ApiError } from '../errors.ts';
@@ -49,7 +50,7 @@ export function mayCallEndpoint(catalog: Pick<ElasticCatalog, 'get'>, steps: rea
   return steps.some(
     (s) =>
       s.type === 'chat' &&
-      (s.model === 'auto' || (catalog.get(s.model)?.backends.some((b) => 'endpoint' in b) ?? false)),
+      (isOlympusModel(s.model) || (catalog.get(s.model)?.backends.some((b) => 'endpoint' in b) ?? false)),
   );
 }
 

@@ -41,11 +41,11 @@ const message = z.strictObject({
 export const chatStep = z.strictObject({
   type: z.literal('chat'),
   model: z
-    .string({ error: required('a catalog model name or "auto"') })
+    .string({ error: required('a catalog model name, or "auto", "olympus" or "olympus-auto"') })
     .min(1, 'must not be empty')
     .max(200, 'must be at most 200 characters')
     .describe(
-      'A catalog model (GET /api/models) or `auto`: Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled',
+      'A catalog model (GET /api/models) or `auto` (also `olympus`, `olympus-auto`, as on live requests): Olympus chooses when the step runs, as for a live request with these messages (the policy, its routes, the models’ state); needs Olympus enabled',
     ),
   messages: z
     .array(message, { error: required('an array of messages') })

@@ -15,6 +15,7 @@ import type { KeyCaller } from '../http/auth.ts';
 import type { Routes } from '../http/routes.ts';
 import { parse } from '../http/validate.ts';
 import { newId } from '../keys/format.ts';
+import { isOlympusModel } from '../olympus/pick.ts';
 import { simpleError } from '../openapi.ts';
 import type { ToolRepository } from '../repositories/tools.ts';
 import { denialMessage, toolAccess } from '../tools/access.ts';
@@ -173,7 +174,7 @@ export function registerChronosRoutes(routes: Routes, deps: ChronosRouteDeps): v
   const checkSteps = async (caller: KeyCaller, steps: Step[]) => {
     for (const [i, step] of steps.entries()) {
       if (step.type === 'chat') {
-        if (step.model === 'auto') {
+        if (isOlympusModel(step.model)) {
           const olympus = await toolAccess(
             deps.tools,
             { accountId: caller.accountId, toolPin: caller.principal.toolPin },
@@ -185,7 +186,7 @@ export function registerChronosRoutes(routes: Routes, deps: ChronosRouteDeps): v
         const model = deps.catalog.get(step.model);
         if (!model || model.kind !== 'chat')
           throw new ApiError('validation_error', {
-            message: `Invalid request body: steps.${i}.model: ${model ? `"${step.model}" is not a chat model` : `no catalog model "${step.model}" (GET /api/models lists them; or "auto")`}`,
+            message: `Invalid request body: steps.${i}.model: ${model ? `"${step.model}" is not a chat model` : `no catalog model "${step.model}" (GET /api/models lists them; or "auto", "olympus", "olympus-auto")`}`,
             param: `steps.${i}.model`,
           });
         continue;
