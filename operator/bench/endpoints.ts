@@ -17,7 +17,7 @@
 import { loadavg } from 'node:os';
 import { DEFAULT_CATALOG, GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpoint } from '@berth/crds';
-import { desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
+import { buildConfig, desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
 import type { KubernetesListObject, KubernetesObject, V1Deployment } from '@kubernetes/client-node';
 import { DiscoveryV1Api } from '@kubernetes/client-node';
 import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
@@ -89,14 +89,7 @@ const base = await testNamespace('bench-base');
 const baseCluster = new Cluster(base.name);
 reuseConnections(baseCluster.kc);
 const instanceType = catalog.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
-const build = {
-  engineImage: config.engineImage,
-  startupTimeoutSeconds: config.startupTimeoutSeconds,
-  drainSeconds: config.drainSeconds,
-  terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
-  modelCache: config.modelCache,
-  hfEndpoint: fakeHub.url,
-};
+const build = buildConfig(config); // what the operator's builders get
 const baseMon = await monitorPhase();
 const tb = Date.now();
 for (let i = 0; i < N; i += 25) {

@@ -17,7 +17,7 @@
 import { loadavg } from 'node:os';
 import { GROUP, PLURAL, VERSION } from '@berth/crds';
 import type { DedicatedEndpointSpecInput } from '@berth/crds';
-import { desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
+import { buildConfig, desiredDeployment, desiredService, reuseConnections } from '@berth/operator';
 import { driftOf } from '../src/k8s/drift.ts';
 import type { DedicatedEndpoint } from '@berth/crds';
 import { API_VERSION, DEFAULT_CATALOG, FIELD_MANAGER, KIND } from '@berth/crds';
@@ -115,14 +115,7 @@ try {
 
   // 2. The others, seeded as the operator would have left them.
   const instanceType = DEFAULT_CATALOG.instanceTypes.find((t) => t.id === spec.hardware.gpuType)!;
-  const build = {
-    engineImage: config.engineImage,
-    startupTimeoutSeconds: config.startupTimeoutSeconds,
-    drainSeconds: config.drainSeconds,
-    terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
-    modelCache: config.modelCache,
-    hfEndpoint: fakeHub.url,
-  };
+  const build = buildConfig(config); // what the operator's builders get
   const tc = Date.now();
   let seeded = 0;
   await pool(names.slice(1), 32, async (name) => {

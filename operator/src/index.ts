@@ -1,4 +1,4 @@
-export { startOperator } from './operator.ts';
+export { buildConfig, startOperator } from './operator.ts';
 export type { OperatorDeps, OperatorHandle } from './operator.ts';
 export {
   configFromEnv,

@@ -9,6 +9,7 @@ import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
 import { DEFAULT_HF_ENDPOINT } from './config.ts';
 import { reuseConnections } from './k8s/connections.ts';
+import type { BuildConfig } from './k8s/builders.ts';
 import { LeaderElector } from './k8s/leader.ts';
 import { kubeRuntime } from './k8s/runtime.ts';
 import type { Metrics } from './metrics.ts';
@@ -32,6 +33,18 @@ export interface OperatorHandle {
 }
 
 /** Composition root: main.ts and the integration tests both start the operator through here. */
+/** What the workload builders take from the operator's configuration (the benches build the same). */
+export function buildConfig(config: OperatorConfig): BuildConfig {
+  return {
+    engineImage: config.engineImage,
+    startupTimeoutSeconds: config.startupTimeoutSeconds,
+    drainSeconds: config.drainSeconds,
+    terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
+    modelCache: config.modelCache,
+    ...(config.hfEndpoint !== DEFAULT_HF_ENDPOINT ? { hfEndpoint: config.hfEndpoint } : {}),
+  };
+}
+
 export async function startOperator(
   config: OperatorConfig,
   deps: OperatorDeps = {},
@@ -73,14 +86,7 @@ export async function startOperator(
         const k = kubeRuntime({
           kc,
           namespace: config.namespace,
-          build: {
-            engineImage: config.engineImage,
-            startupTimeoutSeconds: config.startupTimeoutSeconds,
-            drainSeconds: config.drainSeconds,
-            terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
-            modelCache: config.modelCache,
-            ...(config.hfEndpoint !== DEFAULT_HF_ENDPOINT ? { hfEndpoint: config.hfEndpoint } : {}),
-          },
+          build: buildConfig(config),
           crashLoopRestarts: config.crashLoopRestarts,
           identity: config.identity,
           log,
