@@ -8,7 +8,7 @@ import type {
   V1Service,
 } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
-import { CoreV1Api, KubernetesObjectApi, PatchStrategy } from '@kubernetes/client-node';
+import { CoreV1Api } from '@kubernetes/client-node';
 import type { HubToken } from '../core/preflight.ts';
 import type { WorkloadDriver } from '../core/runtime.ts';
 import type { ObservedWorkload, PreflightResult } from '../core/types.ts';
@@ -18,6 +18,7 @@ import { desiredCacheClaim, desiredDeployment, desiredService, serviceUrl } from
 import { keyOf, type KubeCache } from './cache.ts';
 import { driftOf } from './drift.ts';
 import { observeWorkload } from './observe.ts';
+import { KubeRequests, resourcePath } from './requests.ts';
 
 // The endpoint's workload on Kubernetes: a Deployment, a Service and optionally a model-cache PVC,
 // server-side applied from the pure builders when the cache shows they differ (drift.ts); observed
@@ -28,7 +29,7 @@ export type WrittenResource =
   'deployment' | 'service' | 'persistentvolumeclaim' | 'status' | 'finalizer' | 'event';
 
 export class KubeWorkloadDriver implements WorkloadDriver {
-  private readonly objects: KubernetesObjectApi;
+  private readonly requests: KubeRequests;
   private readonly core: CoreV1Api;
   /** Endpoint key → `uid/size` of the model-cache claim applied for it. */
   private readonly claimsApplied = new Map<string, string>();
@@ -46,7 +47,7 @@ export class KubeWorkloadDriver implements WorkloadDriver {
       onWrite?: (resource: WrittenResource) => void;
     },
   ) {
-    this.objects = KubernetesObjectApi.makeApiClient(kc);
+    this.requests = new KubeRequests(kc);
     this.core = kc.makeApiClient(CoreV1Api);
   }
 
@@ -66,11 +67,7 @@ export class KubeWorkloadDriver implements WorkloadDriver {
     if (!instanceType) {
       // Nothing valid to run: remove the engine (the Service and cache stay until the endpoint goes).
       if (cached) {
-        await this.objects.delete({
-          apiVersion: 'apps/v1',
-          kind: 'Deployment',
-          metadata: { name, namespace },
-        });
+        await this.requests.send('DELETE', resourcePath('apps/v1', 'Deployment', namespace!, name));
         this.o.onWrite?.('deployment');
       }
       return;
@@ -118,9 +115,10 @@ export class KubeWorkloadDriver implements WorkloadDriver {
   }
 
   private async ssa(obj: KubernetesObject, resource: WrittenResource): Promise<void> {
-    const apply = () =>
-      this.objects.patch(obj, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
-    const key = keyOf(obj.metadata?.namespace, obj.metadata?.name);
+    const { namespace, name } = obj.metadata!;
+    const path = resourcePath(obj.apiVersion!, obj.kind!, namespace!, name!);
+    const apply = () => this.requests.apply(path, obj, FIELD_MANAGER);
+    const key = keyOf(namespace, name);
     // The answers of Deployment and Service applies go back into the cache (the next pass sees them).
     if (resource === 'deployment')
       await this.cache.ownDeployments.write(key, apply as () => Promise<V1Deployment>);
