@@ -11,6 +11,7 @@ import {
   VERSION,
 } from '@berth/crds';
 import type {
+  Informer,
   KubeConfig,
   KubernetesListObject,
   KubernetesObject,
@@ -101,6 +102,11 @@ export function podFingerprint(p: V1Pod): string {
   ]);
 }
 
+/** Drops metadata.managedFields from an object in place (the cache's copy; see KubeCache). */
+export function stripManagedFields(obj: KubernetesObject): void {
+  if (obj.metadata?.managedFields) delete obj.metadata.managedFields;
+}
+
 export class KubeCache {
   readonly endpoints: Supervised<RawEndpoint>;
   readonly deployments: Supervised<V1Deployment>;
@@ -184,6 +190,18 @@ export class KubeCache {
       if (outcome === 'enqueued') o.enqueue(key);
     };
     const nameKey = (obj: KubernetesObject) => keyOf(obj.metadata?.namespace, obj.metadata?.name);
+    // The informers keep every object whole. Nothing here reads managedFields, which are often the
+    // largest part of an object (a field set per manager: the API's create, our applies, the
+    // kubelet's and controllers' status writes), so they are dropped from the cached object as it
+    // arrives, as client-go's TransformStripManagedFields does. The first handler of each informer
+    // runs before any other (registered first), on the very object the cache holds.
+    for (const informer of [
+      epInformer,
+      depInformer,
+      svcInformer,
+      podInformer,
+    ] as Informer<KubernetesObject>[])
+      for (const verb of ['add', 'update'] as const) informer.on(verb, stripManagedFields);
     for (const verb of ['add', 'update'] as const) {
       epInformer.on(verb, (obj) =>
         enqueue(nameKey(obj), this.ownEndpoints.delivered(nameKey(obj), obj), true),
