@@ -24,6 +24,7 @@ import { kubectlOk, testNamespace } from '@berth/test/cluster/env';
 import { startFakeHub } from '@berth/test/support/fake-hub';
 import { Cluster, installCrd, start, testConfig } from '@berth/test/support/operator';
 import {
+  apiserverProfile,
   controlPlaneRss,
   countRequests,
   createAsApi,
@@ -35,6 +36,7 @@ import {
   noOpResync,
   releaseAll,
   startCpuProfile,
+  untilNoNamespaceTerminates,
   watchUntil,
 } from './lib.ts';
 
@@ -44,7 +46,6 @@ const N = Number(process.argv[2] ?? 1000);
 const NODES = Math.ceil(N / 100) + 1;
 
 const requests = countRequests();
-const load = uptimeLoad();
 
 const nodeYaml = (i: number) => `apiVersion: v1
 kind: Node
@@ -59,6 +60,9 @@ status:
   capacity: { cpu: "1000", memory: 4Ti, pods: "200" }
 `;
 
+// An earlier run's namespaces are removed in the background; their teardown must not overlap this run.
+const waitedForTeardown = await untilNoNamespaceTerminates();
+const load = uptimeLoad();
 await installCrd();
 await kubectlOk(['apply', '-f', '-'], {
   input: Array.from({ length: NODES }, (_, i) => nodeYaml(i)).join('---\n'),
@@ -91,6 +95,7 @@ reuseConnections(baseCluster.kc);
 const instanceType = catalog.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
 const build = buildConfig(config); // what the operator's builders get
 const baseMon = await monitorPhase();
+const baseProfile = apiserverProfile('baseline');
 const tb = Date.now();
 for (let i = 0; i < N; i += 25) {
   await Promise.all(
@@ -161,6 +166,7 @@ const baselineTeardownSeconds = +((Date.now() - tTeardown) / 1000).toFixed(1);
 requests.reset();
 const op = await start(config);
 const berthMon = await monitorPhase();
+const berthProfile = apiserverProfile('berth');
 // BERTH_BENCH_CPU_PROFILE=file.cpuprofile: a CPU profile of this process during Berth's phase only.
 const stopProfile = process.env.BERTH_BENCH_CPU_PROFILE
   ? await startCpuProfile(process.env.BERTH_BENCH_CPU_PROFILE)
@@ -201,6 +207,7 @@ benchOwn += 2; // its watch: one list, one watch request
 const allUp = Date.now() - t0;
 await stopProfile?.();
 const berthPhase = await berthMon.end();
+await Promise.all([baseProfile, berthProfile]);
 // Little's law: the mean number of passes in flight is the passes' total time over the wall time.
 const passSeconds = await histogramSum(op, 'berth_operator_reconcile_duration_seconds');
 // What it took the operator to bring the N up (requests: the operator's own, the bench's subtracted).
@@ -235,6 +242,7 @@ process.stdout.write(
     {
       endpoints: N,
       loadAverageAtStart: load,
+      waitedForEarlierTeardownSeconds: waitedForTeardown,
       concurrency: config.concurrency,
       benchNodes: NODES,
       baselineDeploymentsReady: ready,

@@ -1,5 +1,6 @@
 // Shared parts of the operator benchmarks (endpoints.ts, hibernated.ts).
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import * as inspector from 'node:inspector/promises';
 import { basename } from 'node:path';
@@ -9,7 +10,7 @@ import { ANNOTATION_DISPLAY_NAME, API_VERSION, FINALIZER, GROUP, KIND, PLURAL, V
 import type { OperatorHandle } from '@berth/operator';
 import type { KubeConfig, KubernetesListObject, KubernetesObject } from '@kubernetes/client-node';
 import { makeInformer } from '@kubernetes/client-node';
-import { kubectlOk } from '@berth/test/cluster/env';
+import { kubeconfigPath, kubectlOk, kubectlPath } from '@berth/test/cluster/env';
 import type { Cluster } from '@berth/test/support/operator';
 
 /** Every HTTP request this process's Kubernetes client makes (client-node's own undici), counted. */
@@ -416,4 +417,40 @@ export async function monitorPhase() {
       };
     },
   };
+}
+
+/**
+ * BERTH_BENCH_APISERVER_PROFILE=prefix: a CPU profile of kube-apiserver (its /debug/pprof, through
+ * kubectl) for the first BERTH_BENCH_APISERVER_PROFILE_SECONDS (default 30; or a list, one per phase) of a phase, written to
+ * `prefix-<phase>.pprof`; read it with `go tool pprof -top`. Resolves when the profile is written.
+ */
+let profiled = 0;
+export function apiserverProfile(phase: string): Promise<void> {
+  const prefix = process.env.BERTH_BENCH_APISERVER_PROFILE;
+  if (!prefix) return Promise.resolve();
+  // One duration for every phase, or one per phase in order ("40,70": the baseline's, then Berth's).
+  const durations = (process.env.BERTH_BENCH_APISERVER_PROFILE_SECONDS ?? '30').split(',').map(Number);
+  const seconds = durations[Math.min(profiled++, durations.length - 1)]!;
+  const child = spawn(kubectlPath(), ['get', '--raw', `/debug/pprof/profile?seconds=${seconds}`], {
+    env: { ...process.env, KUBECONFIG: kubeconfigPath() },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  child.stdout.pipe(createWriteStream(`${prefix}-${phase}.pprof`));
+  return new Promise((resolve) => child.on('close', () => resolve()));
+}
+
+/**
+ * Waits until no namespace is terminating (an earlier run's clean-up, or a test's), so that its
+ * teardown does not run through the phases measured here. Resolves with the seconds waited.
+ */
+export async function untilNoNamespaceTerminates(timeoutMs = 20 * 60_000): Promise<number> {
+  const t0 = Date.now();
+  while (Date.now() - t0 < timeoutMs) {
+    const list = JSON.parse(await kubectlOk(['get', 'namespaces', '-o', 'json'])) as {
+      items: { status?: { phase?: string } }[];
+    };
+    if (!list.items.some((n) => n.status?.phase === 'Terminating')) break;
+    await sleep(2000);
+  }
+  return +((Date.now() - t0) / 1000).toFixed(1);
 }

@@ -3,7 +3,9 @@
 // that exist (created as the API creates them) with no operator running.
 // Usage: KUBECONFIG=… node --import tsx operator/bench/request-cost.ts [N] [CONCURRENCY]
 import { API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION } from '@berth/crds';
-import { reuseConnections } from '@berth/operator';
+import { endpointPath, KubeRequests, resourcePath, reuseConnections } from '@berth/operator';
+import { buildCrd } from '@berth/crds';
+import { ApiextensionsV1Api } from '@kubernetes/client-node';
 import { conditionsFor } from '../src/core/conditions.ts';
 import { EventsV1Api, PatchStrategy, setHeaderOptions, V1MicroTime } from '@kubernetes/client-node';
 import { testNamespace } from '@berth/test/cluster/env';
@@ -17,7 +19,9 @@ const ns = await testNamespace('req-cost');
 const k = new Cluster(ns.name);
 reuseConnections(k.kc);
 const events = k.kc.makeApiClient(EventsV1Api);
-const names = Array.from({ length: N }, (_, i) => `endpt-cost-${i}`);
+const named = (set: string) => Array.from({ length: N }, (_, i) => `endpt-cost-${set}${i}`);
+const names = named('');
+const rq = new KubeRequests(k.kc);
 const now = new Date().toISOString();
 const status = (phase: 'building' | 'up', reason: string, message: string) => ({
   phase,
@@ -37,9 +41,9 @@ const status = (phase: 'building' | 'up', reason: string, message: string) => ({
   buildingSince: now,
 });
 const results: Record<string, unknown> = {};
-async function measure(label: string, fn: (name: string) => Promise<unknown>) {
+async function measure(label: string, fn: (name: string) => Promise<unknown>, over = names) {
   const a = cpuSnapshot();
-  await pool(names, C, fn);
+  await pool(over, C, fn);
   const d = cpuBetween(a, cpuSnapshot());
   const per1000 = (s: number | undefined) => +(((s ?? 0) * 1000) / N).toFixed(1);
   results[label] = {
@@ -122,7 +126,178 @@ await measure('service apply', (n) =>
     SSA,
   ),
 );
+
+// The same writes through the operator's own request path (requests.ts) instead of client-node's
+// typed clients: the client column is what the operator's process spends per request.
+const lean = named('lean-');
+await measure('create endpoint (again, for the lean set)', (n) => createAsApi(k, n, spec), lean);
+const leanStatus = (n: string, s: object) =>
+  rq.apply(
+    endpointPath(ns.name, n, 'status'),
+    { apiVersion: API_VERSION, kind: KIND, metadata: { name: n, namespace: ns.name }, status: s },
+    FIELD_MANAGER,
+  );
+await measure(
+  'status apply (building), lean client',
+  (n) => leanStatus(n, status('building', 'Provisioning', 'Starting the engine and loading model weights')),
+  lean,
+);
+await measure(
+  'status apply (up), lean client',
+  (n) => leanStatus(n, status('up', 'ReplicaReady', '1 replica ready')),
+  lean,
+);
+await measure(
+  'event create, lean client',
+  (n) =>
+    rq.send('POST', resourcePath('events.k8s.io/v1', 'Event', ns.name), {
+      apiVersion: 'events.k8s.io/v1',
+      kind: 'Event',
+      metadata: { generateName: `${n}-`, namespace: ns.name },
+      eventTime: new Date().toISOString().replace(/(\.\d{3})Z$/, '$1000Z'),
+      reportingController: 'berth.dev/operator',
+      reportingInstance: 'cost',
+      action: 'Reconcile',
+      reason: 'Provisioning',
+      note: 'Starting the engine and loading model weights',
+      type: 'Normal',
+      regarding: { apiVersion: API_VERSION, kind: KIND, name: n, namespace: ns.name },
+    }),
+  lean,
+);
+const svcBody = (n: string) => ({
+  apiVersion: 'v1',
+  kind: 'Service',
+  metadata: { name: n, namespace: ns.name },
+  spec: { selector: { x: n }, ports: [{ name: 'http', port: 8000, targetPort: 8000 }] },
+});
+await measure(
+  'service create (POST), lean client',
+  (n) =>
+    rq.send('POST', `${resourcePath('v1', 'Service', ns.name)}?fieldManager=${FIELD_MANAGER}`, svcBody(n)),
+  lean,
+);
+const applied = named('svc-apply-');
+await measure(
+  'service apply, lean client',
+  (n) => rq.apply(resourcePath('v1', 'Service', ns.name, n), svcBody(n), FIELD_MANAGER),
+  applied,
+);
+// A Deployment of 0 replicas (its ReplicaSet is made by the controller-manager either way).
+const depBody = (n: string) => ({
+  apiVersion: 'apps/v1',
+  kind: 'Deployment',
+  metadata: { name: n, namespace: ns.name, labels: { app: n } },
+  spec: {
+    replicas: 0,
+    selector: { matchLabels: { app: n } },
+    template: {
+      metadata: { labels: { app: n } },
+      spec: {
+        containers: [{ name: 'engine', image: 'vllm/vllm-openai:v0.11.0', args: ['--model', 'org/small'] }],
+      },
+    },
+  },
+});
+await measure(
+  'deployment create (POST), lean client',
+  (n) =>
+    rq.send(
+      'POST',
+      `${resourcePath('apps/v1', 'Deployment', ns.name)}?fieldManager=${FIELD_MANAGER}`,
+      depBody(n),
+    ),
+  lean,
+);
+await measure(
+  'deployment apply, lean client',
+  (n) => rq.apply(resourcePath('apps/v1', 'Deployment', ns.name, n), depBody(n), FIELD_MANAGER),
+  applied,
+);
+// A smaller status: what the status costs by its size (phase, reason and message only).
+const small = named('small-');
+await measure('create endpoint (small-status set)', (n) => createAsApi(k, n, spec), small);
+const smallStatus = (phase: string, reason: string, message: string) => ({
+  phase,
+  reason,
+  message,
+  observedGeneration: 1,
+});
+await measure(
+  'status apply (building), phase/reason/message only',
+  (n) =>
+    leanStatus(n, smallStatus('building', 'Provisioning', 'Starting the engine and loading model weights')),
+  small,
+);
+await measure(
+  'status apply (up), phase/reason/message only',
+  (n) => leanStatus(n, smallStatus('up', 'ReplicaReady', '1 replica ready')),
+  small,
+);
+// What the CRD's CEL rules cost: the same resource under another group, its schema without them.
+const strip = (node: unknown): unknown =>
+  Array.isArray(node)
+    ? node.map(strip)
+    : node && typeof node === 'object'
+      ? Object.fromEntries(
+          Object.entries(node)
+            .filter(([key]) => key !== 'x-kubernetes-validations')
+            .map(([key, v]) => [key, strip(v)]),
+        )
+      : node;
+const NOCEL_GROUP = 'nocel.bench.berth.dev';
+const crd = strip(buildCrd()) as {
+  metadata: { name: string };
+  spec: { group: string; names: { shortNames?: string[]; plural: string } };
+};
+crd.metadata.name = `${crd.spec.names.plural}.${NOCEL_GROUP}`;
+crd.spec.group = NOCEL_GROUP;
+delete crd.spec.names.shortNames;
+const ext = k.kc.makeApiClient(ApiextensionsV1Api);
+await ext.createCustomResourceDefinition({ body: crd as never }).catch((e: { code?: number }) => {
+  if (e.code !== 409) throw e;
+});
+for (let i = 0; i < 100; i++) {
+  const got = await ext.readCustomResourceDefinition({ name: crd.metadata.name });
+  if (got.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True')) break;
+  await new Promise((r) => setTimeout(r, 200));
+}
+const nocel = named('nocel-');
+const nocelBase = `/apis/${NOCEL_GROUP}/${VERSION}/namespaces/${ns.name}/${PLURAL}`;
+await measure(
+  'create endpoint, CRD without CEL rules',
+  (n) =>
+    rq.send('POST', nocelBase, {
+      apiVersion: `${NOCEL_GROUP}/${VERSION}`,
+      kind: KIND,
+      metadata: { name: n, namespace: ns.name },
+      spec,
+    }),
+  nocel,
+);
+const nocelStatus = (n: string, s: object) =>
+  rq.apply(
+    `${nocelBase}/${n}/status`,
+    {
+      apiVersion: `${NOCEL_GROUP}/${VERSION}`,
+      kind: KIND,
+      metadata: { name: n, namespace: ns.name },
+      status: s,
+    },
+    FIELD_MANAGER,
+  );
+await measure(
+  'status apply (building), CRD without CEL rules',
+  (n) => nocelStatus(n, status('building', 'Provisioning', 'Starting the engine and loading model weights')),
+  nocel,
+);
+await measure(
+  'status apply (up), CRD without CEL rules',
+  (n) => nocelStatus(n, status('up', 'ReplicaReady', '1 replica ready')),
+  nocel,
+);
 process.stdout.write(JSON.stringify({ n: N, concurrency: C, results }, null, 1) + '\n');
 await releaseAll(k);
 await ns.remove();
+await ext.deleteCustomResourceDefinition({ name: crd.metadata.name });
 process.exit(0);
