@@ -3,7 +3,7 @@
 // that exist (created as the API creates them) with no operator running.
 // Usage: KUBECONFIG=… node --import tsx operator/bench/request-cost.ts [N] [CONCURRENCY]
 import { API_VERSION, FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION } from '@berth/crds';
-import { endpointPath, KubeRequests, resourcePath, reuseConnections } from '@berth/operator';
+import { KubeRequests, resourcePath, reuseConnections } from '@berth/operator';
 import { buildCrd } from '@berth/crds';
 import { ApiextensionsV1Api } from '@kubernetes/client-node';
 import { conditionsFor } from '../src/core/conditions.ts';
@@ -56,6 +56,18 @@ async function measure(label: string, fn: (name: string) => Promise<unknown>, ov
     },
   };
 }
+// An endpoint going up writes its status twice: building, then up. Each is measured over `over`.
+const BUILDING = ['building', 'Provisioning', 'Starting the engine and loading model weights'] as const;
+const UP = ['up', 'ReplicaReady', '1 replica ready'] as const;
+async function measureStatusWrites(
+  label: (phase: 'building' | 'up') => string,
+  write: (name: string, s: object) => Promise<unknown>,
+  over = names,
+  make: (phase: 'building' | 'up', reason: string, message: string) => object = status,
+) {
+  await measure(label('building'), (n) => write(n, make(...BUILDING)), over);
+  await measure(label('up'), (n) => write(n, make(...UP)), over);
+}
 const SSA = setHeaderOptions('Content-Type', PatchStrategy.ServerSideApply);
 const MERGE = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
 const spec = {
@@ -83,16 +95,8 @@ const mergeStatus = (n: string, s: object) =>
     { group: GROUP, version: VERSION, namespace: ns.name, plural: PLURAL, name: n, body: { status: s } },
     MERGE,
   );
-await measure('status apply (building)', (n) =>
-  applyStatus(n, status('building', 'Provisioning', 'Starting the engine and loading model weights')),
-);
-await measure('status apply (up)', (n) => applyStatus(n, status('up', 'ReplicaReady', '1 replica ready')));
-await measure('status merge patch (building)', (n) =>
-  mergeStatus(n, status('building', 'Provisioning', 'Starting the engine and loading model weights')),
-);
-await measure('status merge patch (up)', (n) =>
-  mergeStatus(n, status('up', 'ReplicaReady', '1 replica ready')),
-);
+await measureStatusWrites((p) => `status apply (${p})`, applyStatus);
+await measureStatusWrites((p) => `status merge patch (${p})`, mergeStatus);
 await measure('event create', (n) =>
   events.createNamespacedEvent({
     namespace: ns.name,
@@ -131,22 +135,15 @@ await measure('service apply', (n) =>
 // typed clients: the client column is what the operator's process spends per request.
 const lean = named('lean-');
 await measure('create endpoint (again, for the lean set)', (n) => createAsApi(k, n, spec), lean);
-const leanStatus = (n: string, s: object) =>
+// A status write by server-side apply through requests.ts, for the endpoint kind of `apiVersion` under `base`.
+const statusApply = (apiVersion: string, base: string) => (n: string, s: object) =>
   rq.apply(
-    endpointPath(ns.name, n, 'status'),
-    { apiVersion: API_VERSION, kind: KIND, metadata: { name: n, namespace: ns.name }, status: s },
+    `${base}/${n}/status`,
+    { apiVersion, kind: KIND, metadata: { name: n, namespace: ns.name }, status: s },
     FIELD_MANAGER,
   );
-await measure(
-  'status apply (building), lean client',
-  (n) => leanStatus(n, status('building', 'Provisioning', 'Starting the engine and loading model weights')),
-  lean,
-);
-await measure(
-  'status apply (up), lean client',
-  (n) => leanStatus(n, status('up', 'ReplicaReady', '1 replica ready')),
-  lean,
-);
+const leanStatus = statusApply(API_VERSION, `/apis/${GROUP}/${VERSION}/namespaces/${ns.name}/${PLURAL}`);
+await measureStatusWrites((p) => `status apply (${p}), lean client`, leanStatus, lean);
 await measure(
   'event create, lean client',
   (n) =>
@@ -217,22 +214,17 @@ await measure(
 // A smaller status: what the status costs by its size (phase, reason and message only).
 const small = named('small-');
 await measure('create endpoint (small-status set)', (n) => createAsApi(k, n, spec), small);
-const smallStatus = (phase: string, reason: string, message: string) => ({
+const smallStatus = (phase: 'building' | 'up', reason: string, message: string) => ({
   phase,
   reason,
   message,
   observedGeneration: 1,
 });
-await measure(
-  'status apply (building), phase/reason/message only',
-  (n) =>
-    leanStatus(n, smallStatus('building', 'Provisioning', 'Starting the engine and loading model weights')),
+await measureStatusWrites(
+  (p) => `status apply (${p}), phase/reason/message only`,
+  leanStatus,
   small,
-);
-await measure(
-  'status apply (up), phase/reason/message only',
-  (n) => leanStatus(n, smallStatus('up', 'ReplicaReady', '1 replica ready')),
-  small,
+  smallStatus,
 );
 // What the CRD's CEL rules cost: the same resource under another group, its schema without them.
 const strip = (node: unknown): unknown =>
@@ -275,25 +267,9 @@ await measure(
     }),
   nocel,
 );
-const nocelStatus = (n: string, s: object) =>
-  rq.apply(
-    `${nocelBase}/${n}/status`,
-    {
-      apiVersion: `${NOCEL_GROUP}/${VERSION}`,
-      kind: KIND,
-      metadata: { name: n, namespace: ns.name },
-      status: s,
-    },
-    FIELD_MANAGER,
-  );
-await measure(
-  'status apply (building), CRD without CEL rules',
-  (n) => nocelStatus(n, status('building', 'Provisioning', 'Starting the engine and loading model weights')),
-  nocel,
-);
-await measure(
-  'status apply (up), CRD without CEL rules',
-  (n) => nocelStatus(n, status('up', 'ReplicaReady', '1 replica ready')),
+await measureStatusWrites(
+  (p) => `status apply (${p}), CRD without CEL rules`,
+  statusApply(`${NOCEL_GROUP}/${VERSION}`, nocelBase),
   nocel,
 );
 process.stdout.write(JSON.stringify({ n: N, concurrency: C, results }, null, 1) + '\n');

@@ -27,4 +27,4 @@ export type { BuildConfig, ModelCache } from './k8s/builders.ts';
 export { supervise } from './k8s/informers.ts';
 export { reuseConnections } from './k8s/connections.ts';
 export { Listeners } from './core/listeners.ts';
-export { KubeRequests, KubeApiError, resourcePath, endpointPath } from './k8s/requests.ts';
+export { KubeRequests, resourcePath } from './k8s/requests.ts';
