@@ -89,19 +89,27 @@ export async function startJobQueue(
     await queue(name);
     if (working.has(name)) return;
     working.add(name);
-    await boss.work<T>(
+    // One job per fetch, and a worker that was woken several times while it ran a job fetches only
+    // once more: without a nudge, the rest of a burst of sends would wait for the 30 s backstop
+    // poll. A worker that got a job fetches again at once, until a fetch comes back empty.
+    let workerId = '';
+    workerId = await boss.work<T>(
       name,
       { pollingIntervalSeconds: options.pollingIntervalSeconds ?? 2 },
       async (jobs) => {
-        for (const job of jobs) {
-          const started = Date.now();
-          try {
-            await handler(job.data);
-            logger.info({ job: name, id: job.id, ms: Date.now() - started }, 'job done');
-          } catch (err) {
-            logger.error({ err, job: name, id: job.id }, 'job failed; pg-boss will retry it');
-            throw err;
+        try {
+          for (const job of jobs) {
+            const started = Date.now();
+            try {
+              await handler(job.data);
+              logger.info({ job: name, id: job.id, ms: Date.now() - started }, 'job done');
+            } catch (err) {
+              logger.error({ err, job: name, id: job.id }, 'job failed; pg-boss will retry it');
+              throw err;
+            }
           }
+        } finally {
+          if (jobs.length > 0) boss.notifyWorker(workerId);
         }
       },
     );
