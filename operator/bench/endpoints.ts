@@ -4,6 +4,7 @@
 // directly) to all-ready.
 // Then a no-op resync of the N `up` endpoints: its duration and its writes (target: none).
 // Usage: KUBECONFIG=… node --expose-gc --import tsx operator/bench/endpoints.ts [N]
+// The baseline runs before and after Berth's phase (BERTH_BENCH_ORDER, below).
 //
 // Endpoints are created as the API creates them (lib.ts: the operator's finalizer already present).
 // Both sides are timed with a watch (an informer), not by listing all N objects every few seconds:
@@ -34,7 +35,9 @@ import {
   metricBy,
   monitorPhase,
   noOpResync,
+  pool,
   releaseAll,
+  sleep,
   startCpuProfile,
   untilNoNamespaceTerminates,
   watchUntil,
@@ -87,80 +90,106 @@ const config = testConfig(ns.name, fakeHub.url, {
   resyncSeconds: RESYNC_SECONDS,
 });
 
+// Which phases run, in which order. `aba` (the default): the baseline, Berth's, then the baseline
+// again once Berth's endpoints are deleted, their children gone and the operator stopped; the ratio
+// is reported against each baseline and against their mean. On this machine the same baseline took
+// 15-20 % more or less time after Berth's phase than before it, in either direction from run to run
+// (BENCHMARKS.md), so a ratio to one baseline alone moves with when it ran.
+// `baseline-first`: the baseline, then Berth's (about 3 minutes shorter at N = 1,000).
+const ORDER = process.env.BERTH_BENCH_ORDER ?? 'aba';
+if (ORDER !== 'baseline-first' && ORDER !== 'aba') {
+  throw new Error(`BERTH_BENCH_ORDER must be baseline-first or aba, not ${JSON.stringify(ORDER)}`);
+}
+
+/** Whether any Deployment, ReplicaSet, pod, Service or EndpointSlice (and custom resource) is left. */
+async function anyLeft(c: Cluster, namespace: string): Promise<boolean> {
+  const one = { namespace, limit: 1 };
+  const lists = await Promise.all([
+    c.apps.listNamespacedDeployment(one),
+    c.apps.listNamespacedReplicaSet(one),
+    c.core.listNamespacedPod(one),
+    c.core.listNamespacedService(one),
+    c.kc.makeApiClient(DiscoveryV1Api).listNamespacedEndpointSlice(one),
+    c.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, plural: PLURAL, ...one }),
+  ]).catch(() => undefined);
+  return !lists || lists.some((l) => (l as { items: unknown[] }).items.length > 0);
+}
+
+/** Waits (up to 10 min) until nothing of a phase is left in its namespace; the seconds it took. */
+async function untilGone(c: Cluster, namespace: string, t0: number): Promise<number> {
+  for (let i = 0; i < 300 && (await anyLeft(c, namespace)); i++) await sleep(2000);
+  return +((Date.now() - t0) / 1000).toFixed(1);
+}
+
 // The baseline: N Deployments with the pod template the operator would build for these endpoints,
 // created in batches of 25 as the endpoints are below, timed to all-ready; then removed.
-const base = await testNamespace('bench-base');
-const baseCluster = new Cluster(base.name);
-reuseConnections(baseCluster.kc);
 const instanceType = catalog.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
 const build = buildConfig(config); // what the operator's builders get
-const baseMon = await monitorPhase();
-const baseProfile = apiserverProfile('baseline');
-const tb = Date.now();
-for (let i = 0; i < N; i += 25) {
-  await Promise.all(
-    Array.from({ length: Math.min(25, N - i) }, (_, j) => {
-      const ep = {
-        apiVersion: 'berth.dev/v1alpha1',
-        kind: 'DedicatedEndpoint',
-        metadata: { name: `endpt-base-${i + j}`, namespace: base.name, uid: 'bench', generation: 1 },
-        spec: {
-          account: 'bench',
-          model: { id: 'org/small' },
-          hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
-          authMode: 'Private',
-          scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 300 },
-        },
-      } as unknown as DedicatedEndpoint;
-      const d = desiredDeployment(ep, instanceType, build, 1);
-      const svc = desiredService(ep);
-      // No owner: the garbage collector would remove objects whose owner does not exist.
-      delete d.metadata!.ownerReferences;
-      delete svc.metadata!.ownerReferences;
-      // What serving a model takes without Berth: the Deployment and the Service in front of it.
-      return Promise.all([
-        baseCluster.apps.createNamespacedDeployment({ namespace: base.name, body: d }),
-        baseCluster.core.createNamespacedService({ namespace: base.name, body: svc }),
-      ]);
-    }),
+const baseNamespaces: { remove: () => Promise<void> }[] = [];
+async function baselinePhase(label: string) {
+  const base = await testNamespace('bench-base');
+  baseNamespaces.push(base);
+  const baseCluster = new Cluster(base.name);
+  reuseConnections(baseCluster.kc);
+  const baseMon = await monitorPhase();
+  const profile = apiserverProfile(label);
+  const tb = Date.now();
+  for (let i = 0; i < N; i += 25) {
+    await Promise.all(
+      Array.from({ length: Math.min(25, N - i) }, (_, j) => {
+        const ep = {
+          apiVersion: 'berth.dev/v1alpha1',
+          kind: 'DedicatedEndpoint',
+          metadata: { name: `endpt-base-${i + j}`, namespace: base.name, uid: 'bench', generation: 1 },
+          spec: {
+            account: 'bench',
+            model: { id: 'org/small' },
+            hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 1 },
+            authMode: 'Private',
+            scaling: { minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 300 },
+          },
+        } as unknown as DedicatedEndpoint;
+        const d = desiredDeployment(ep, instanceType, build, 1);
+        const svc = desiredService(ep);
+        // No owner: the garbage collector would remove objects whose owner does not exist.
+        delete d.metadata!.ownerReferences;
+        delete svc.metadata!.ownerReferences;
+        // What serving a model takes without Berth: the Deployment and the Service in front of it.
+        return Promise.all([
+          baseCluster.apps.createNamespacedDeployment({ namespace: base.name, body: d }),
+          baseCluster.core.createNamespacedService({ namespace: base.name, body: svc }),
+        ]);
+      }),
+    );
+  }
+  const ready = await watchUntil(
+    baseCluster.kc,
+    `/apis/apps/v1/namespaces/${base.name}/deployments`,
+    () => baseCluster.apps.listNamespacedDeployment({ namespace: base.name }),
+    (d: V1Deployment) => (d.status?.readyReplicas ?? 0) >= 1,
+    N,
+    15 * 60_000,
+    baseMon.progress,
   );
+  const readyMs = Date.now() - tb;
+  const phase = await baseMon.end();
+  // The baseline's objects are removed, and the control plane done with removing them, before the
+  // next phase: its Deployments and Services deleted directly, then waiting until no Deployment,
+  // ReplicaSet, pod, Service or EndpointSlice of it is left. (Deleting the namespace instead let its
+  // teardown run through Berth's phase: the namespace controller backs off between attempts, and the
+  // Deployment controller kept trying to create ReplicaSets in the terminating namespace, minutes
+  // long.) The namespace itself, with its Events, goes at the end.
+  const tTeardown = Date.now();
+  await baseCluster.apps.deleteCollectionNamespacedDeployment({
+    namespace: base.name,
+    propagationPolicy: 'Background',
+  });
+  await baseCluster.core.deleteCollectionNamespacedService({ namespace: base.name });
+  const teardownSeconds = await untilGone(baseCluster, base.name, tTeardown);
+  return { ready, readyMs, phase, teardownSeconds, profile };
 }
-const ready = await watchUntil(
-  baseCluster.kc,
-  `/apis/apps/v1/namespaces/${base.name}/deployments`,
-  () => baseCluster.apps.listNamespacedDeployment({ namespace: base.name }),
-  (d: V1Deployment) => (d.status?.readyReplicas ?? 0) >= 1,
-  N,
-  15 * 60_000,
-  baseMon.progress,
-);
-const baseReady = Date.now() - tb;
-const baselinePhase = await baseMon.end();
-// The baseline's objects are removed, and the control plane done with removing them, before Berth's
-// run: its Deployments and Services deleted directly, then waiting until no Deployment, ReplicaSet,
-// pod, Service or EndpointSlice of it is left. (Deleting the namespace instead let its teardown run
-// through Berth's phase: the namespace controller backs off between attempts, and the Deployment
-// controller kept trying to create ReplicaSets in the terminating namespace, minutes long.) The
-// namespace itself, with its Events, goes at the end.
-const tTeardown = Date.now();
-await baseCluster.apps.deleteCollectionNamespacedDeployment({
-  namespace: base.name,
-  propagationPolicy: 'Background',
-});
-await baseCluster.core.deleteCollectionNamespacedService({ namespace: base.name });
-const baseLeft = async () => {
-  const one = { namespace: base.name, limit: 1 };
-  const lists = await Promise.all([
-    baseCluster.apps.listNamespacedDeployment(one),
-    baseCluster.apps.listNamespacedReplicaSet(one),
-    baseCluster.core.listNamespacedPod(one),
-    baseCluster.core.listNamespacedService(one),
-    baseCluster.kc.makeApiClient(DiscoveryV1Api).listNamespacedEndpointSlice(one),
-  ]).catch(() => undefined);
-  return !lists || lists.some((l) => l.items.length > 0);
-};
-for (let i = 0; i < 300 && (await baseLeft()); i++) await new Promise((r) => setTimeout(r, 2000));
-const baselineTeardownSeconds = +((Date.now() - tTeardown) / 1000).toFixed(1);
+
+const baseline = await baselinePhase('baseline');
 
 // Only the operator's own requests from here on (the bench's own are subtracted below).
 requests.reset();
@@ -207,7 +236,7 @@ benchOwn += 2; // its watch: one list, one watch request
 const allUp = Date.now() - t0;
 await stopProfile?.();
 const berthPhase = await berthMon.end();
-await Promise.all([baseProfile, berthProfile]);
+await Promise.all([baseline.profile, berthProfile]);
 // Little's law: the mean number of passes in flight is the passes' total time over the wall time.
 const passSeconds = await histogramSum(op, 'berth_operator_reconcile_duration_seconds');
 // What it took the operator to bring the N up (requests: the operator's own, the bench's subtracted).
@@ -237,6 +266,44 @@ const reconciles = (
 
 // A no-op resync: the periodic resync puts every endpoint on the queue while nothing changed.
 const resync = await noOpResync(op, requests, N, RESYNC_SECONDS, 50);
+
+// ORDER=aba: Berth's endpoints deleted as a user deletes them (the operator removes its finalizer,
+// the garbage collector their children), the operator stopped once nothing is left, then the
+// baseline again on the control plane Berth's phase leaves behind.
+let after: Awaited<ReturnType<typeof baselinePhase>> | undefined;
+let berthTeardownSeconds: number | undefined;
+let stopped = false;
+if (ORDER === 'aba') {
+  const t = Date.now();
+  // One DELETE per endpoint, 32 at a time (a deleteCollection of 1,000 ran into the API server's
+  // 60 s request timeout once).
+  await pool(names, 32, (name) =>
+    k.custom
+      .deleteNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns.name,
+        plural: PLURAL,
+        name,
+      })
+      .catch((e: { code?: number }) => {
+        if (e.code !== 404) throw e;
+      }),
+  );
+  berthTeardownSeconds = await untilGone(k, ns.name, t);
+  await op.stop();
+  stopped = true;
+  after = await baselinePhase('baseline-after');
+  await after.profile;
+}
+// A phase that timed out (seen once: a ReplicaSet whose pod was ready kept reporting 0 ready for
+// 15 minutes) makes its ratios meaningless: they are null, and `incomplete` says why.
+const incomplete = [
+  ...(up < N ? [`Berth: ${up} of ${N} endpoints up`] : []),
+  ...(baseline.ready < N ? [`baseline: ${baseline.ready} of ${N} Deployments ready`] : []),
+  ...(after && after.ready < N ? [`baseline after: ${after.ready} of ${N} Deployments ready`] : []),
+];
+const ratio = (ms: number) => (incomplete.length ? null : +(allUp / ms).toFixed(2));
 process.stdout.write(
   JSON.stringify(
     {
@@ -245,10 +312,20 @@ process.stdout.write(
       waitedForEarlierTeardownSeconds: waitedForTeardown,
       concurrency: config.concurrency,
       benchNodes: NODES,
-      baselineDeploymentsReady: ready,
-      baselineAllReadySeconds: +(baseReady / 1000).toFixed(1),
-      baselineTeardownSeconds,
-      ratioToBaseline: +(allUp / baseReady).toFixed(2),
+      order: ORDER,
+      ...(incomplete.length && { incomplete }),
+      baselineDeploymentsReady: baseline.ready,
+      baselineAllReadySeconds: +(baseline.readyMs / 1000).toFixed(1),
+      baselineTeardownSeconds: baseline.teardownSeconds,
+      ratioToBaseline: ratio(baseline.readyMs),
+      ...(after && {
+        berthTeardownSeconds,
+        baselineAfterDeploymentsReady: after.ready,
+        baselineAfterAllReadySeconds: +(after.readyMs / 1000).toFixed(1),
+        baselineAfterTeardownSeconds: after.teardownSeconds,
+        ratioToBaselineAfter: ratio(after.readyMs),
+        ratioToBaselineMean: ratio((baseline.readyMs + after.readyMs) / 2),
+      }),
       createdMs: created,
       up,
       allUpSeconds: +(allUp / 1000).toFixed(1),
@@ -271,18 +348,18 @@ process.stdout.write(
         meanSeconds: +(passSeconds.sum / (passSeconds.count || 1)).toFixed(3),
         meanInFlight: +(passSeconds.sum / (allUp / 1000)).toFixed(1),
       },
-      phases: { baseline: baselinePhase, berth: berthPhase },
+      phases: { baseline: baseline.phase, berth: berthPhase, ...(after && { baselineAfter: after.phase }) },
     },
     null,
     1,
   ) + '\n',
 );
 
-await op.stop();
+if (!stopped) await op.stop();
 await fakeHub.close();
 await releaseAll(k);
 await ns.remove();
-await base.remove();
+for (const b of baseNamespaces) await b.remove();
 await kubectlOk([
   'delete',
   'node',
