@@ -165,7 +165,8 @@ export function localEndpointStore(
           generation: 1,
           creationTimestamp: new Date().toISOString(),
           annotations: { [ANNOTATION_DISPLAY_NAME]: displayName },
-          finalizers: [],
+          // As the API does on Kubernetes: a delete before the first pass still goes through termination.
+          finalizers: [FINALIZER],
         },
         spec: DedicatedEndpointSpecSchema.parse(spec),
       };
