@@ -46,7 +46,10 @@ all_running() {
 }
 # A cluster started from other scripts or kwok configuration (an older checkout) is not reused:
 # its fake nodes and stages would not be the ones the tests expect.
-fingerprint=$(cat "$here"/up.sh "$here"/lib.sh "$here"/kwok/*.yaml | sha256sum | cut -c1-16)
+# The controller-manager's feature gates are part of it (the operator bench compares Kubernetes 1.36's
+# defaults with StaleControllerConsistencyReplicaSet=false).
+kcm_gates="${BERTH_CLUSTER_KCM_FEATURE_GATES:-}"
+fingerprint=$( (cat "$here"/up.sh "$here"/lib.sh "$here"/kwok/*.yaml && echo "$kcm_gates") | sha256sum | cut -c1-16)
 if all_running; then
   if [[ "$(cat "$BERTH_CLUSTER_DIR/config.sha" 2>/dev/null)" == "$fingerprint" ]]; then
     log "local cluster already running; reusing it"
@@ -202,7 +205,7 @@ start kube-controller-manager \
   --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
   --service-cluster-ip-range=10.96.0.0/16 \
   --node-monitor-period=2s --node-monitor-grace-period=20s \
-  --kube-api-qps=200 --kube-api-burst=400 --v=1
+  --kube-api-qps=200 --kube-api-burst=400 --v=1 ${kcm_gates:+"--feature-gates=$kcm_gates"}
 start kube-scheduler \
   --kubeconfig="$kubeconfig" --authentication-kubeconfig="$kubeconfig" --authorization-kubeconfig="$kubeconfig" \
   --bind-address=127.0.0.1 --secure-port="$sched_port" --leader-elect=false \
