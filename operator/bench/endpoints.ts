@@ -102,8 +102,8 @@ if (ORDER !== 'baseline-first' && ORDER !== 'aba') {
 }
 
 /** Whether any Deployment, ReplicaSet, pod, Service or EndpointSlice (and custom resource) is left. */
-async function anyLeft(c: Cluster, namespace: string): Promise<boolean> {
-  const one = { namespace, limit: 1 };
+async function anyLeft(c: Cluster): Promise<boolean> {
+  const one = { namespace: c.namespace, limit: 1 };
   const lists = await Promise.all([
     c.apps.listNamespacedDeployment(one),
     c.apps.listNamespacedReplicaSet(one),
@@ -116,8 +116,8 @@ async function anyLeft(c: Cluster, namespace: string): Promise<boolean> {
 }
 
 /** Waits (up to 10 min) until nothing of a phase is left in its namespace; the seconds it took. */
-async function untilGone(c: Cluster, namespace: string, t0: number): Promise<number> {
-  for (let i = 0; i < 300 && (await anyLeft(c, namespace)); i++) await sleep(2000);
+async function untilGone(c: Cluster, t0: number): Promise<number> {
+  for (let i = 0; i < 300 && (await anyLeft(c)); i++) await sleep(2000);
   return +((Date.now() - t0) / 1000).toFixed(1);
 }
 
@@ -185,7 +185,7 @@ async function baselinePhase(label: string) {
     propagationPolicy: 'Background',
   });
   await baseCluster.core.deleteCollectionNamespacedService({ namespace: base.name });
-  const teardownSeconds = await untilGone(baseCluster, base.name, tTeardown);
+  const teardownSeconds = await untilGone(baseCluster, tTeardown);
   return { ready, readyMs, phase, teardownSeconds, profile };
 }
 
@@ -278,19 +278,11 @@ if (ORDER === 'aba') {
   // One DELETE per endpoint, 32 at a time (a deleteCollection of 1,000 ran into the API server's
   // 60 s request timeout once).
   await pool(names, 32, (name) =>
-    k.custom
-      .deleteNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: ns.name,
-        plural: PLURAL,
-        name,
-      })
-      .catch((e: { code?: number }) => {
-        if (e.code !== 404) throw e;
-      }),
+    k.delete(name).catch((e: { code?: number }) => {
+      if (e.code !== 404) throw e;
+    }),
   );
-  berthTeardownSeconds = await untilGone(k, ns.name, t);
+  berthTeardownSeconds = await untilGone(k, t);
   await op.stop();
   stopped = true;
   after = await baselinePhase('baseline-after');
