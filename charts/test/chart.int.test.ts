@@ -162,6 +162,7 @@ describe("the README's air-gapped image table", () => {
       'ghcr.io/berth-dev/berth-engine-sim:' + appVersion,
       'ghcr.io/berth-dev/berth-operator:' + appVersion,
       'postgres:17.6',
+      'registry.k8s.io/pause:3.10',
       'vllm/vllm-openai:v0.11.0',
     ]);
     for (const image of images)

@@ -101,6 +101,12 @@ export const profiles: Record<string, string[]> = {
     '--set',
     'grafanaDashboard.enabled=true',
     '--set',
+    'enginePrepull.enabled=true',
+    '--set',
+    'operator.inferencePools.enabled=true',
+    '--set',
+    'operator.engineTracing.endpoint=http://otel-collector.observability:4317',
+    '--set',
     'endpointsNamespace=berth-endpoints',
   ],
 };

@@ -21,6 +21,11 @@ export const ANNOTATION_LAST_ACTIVITY = 'berth.dev/last-activity';
 /** RFC3339 time a request or an explicit wake reached a hibernated endpoint. Set by the API. */
 export const ANNOTATION_WAKE_REQUESTED = 'berth.dev/wake-requested-at';
 /**
+ * RFC3339 time the API forwarded the first byte of an answer to a call held through a wake; written
+ * once per wake by the API, copied by the operator into status.lastWake.firstByteAt.
+ */
+export const ANNOTATION_WAKE_FIRST_BYTE = 'berth.dev/wake-first-byte-at';
+/**
  * Optional: requests the API currently has in flight (or waiting) for this endpoint, written with
  * ANNOTATION_LAST_ACTIVITY. The operator scales between min and max replicas on it, and ignores it
  * once the last-activity annotation is older than 3 × ACTIVITY_REFRESH_SECONDS (a crashed API).

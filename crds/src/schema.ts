@@ -94,6 +94,13 @@ export const HardwareSpecSchema = z.object({
 export const AuthModeSchema = z.enum(['Public', 'Private'], { error: 'must be "Private" or "Public"' });
 export type AuthMode = z.infer<typeof AuthModeSchema>;
 
+/**
+ * Calls one API replica holds for a waking endpoint when its spec says nothing: what one vLLM replica
+ * runs at once by default (`--max-num-seqs` 256), so the held calls a wake releases together all start
+ * at once on the first replica instead of queueing behind each other.
+ */
+export const DEFAULT_MAX_HELD_REQUESTS = 256;
+
 export const ScalingSpecSchema = z
   .object({
     minReplicas: z.int().min(0).max(100).default(0).describe('0 allows scale-to-zero (hibernation)'),
@@ -104,6 +111,14 @@ export const ScalingSpecSchema = z
       .max(30 * 24 * 3600)
       .default(900)
       .describe('Hibernate after this long without traffic (only when minReplicas is 0)'),
+    maxHeldRequests: z
+      .int()
+      .min(0)
+      .max(10_000, 'must be at most 10000')
+      .optional()
+      .describe(
+        `Calls each API replica holds while the endpoint wakes; beyond it 503 \`endpoint_waking\` with Retry-After from the endpoint's measured wake time. 0: never hold (503 at once; the wake is still requested). Unset: ${DEFAULT_MAX_HELD_REQUESTS}`,
+      ),
   })
   .refine((s) => s.minReplicas <= s.maxReplicas, {
     path: ['minReplicas'],
@@ -154,6 +169,28 @@ export const RoutingSpecSchema = z.object({
   ),
 });
 
+/** The Gateway API Inference Extension's endpoint picker a pool names (its Service and port). */
+export const EndpointPickerRefSchema = z.object({
+  name: z.string().min(1).max(253).describe('The endpoint picker (EPP) Service, in the endpoint’s namespace'),
+  port: z.number().int().min(1).max(65535).describe('Its gRPC port (the EPP’s default is 9002)'),
+  failureMode: z
+    .enum(['FailOpen', 'FailClose'], { error: 'must be "FailOpen" or "FailClose"' })
+    .optional()
+    .describe('What the Gateway does when the picker does not answer (default FailClose)'),
+});
+
+export const InferencePoolSpecSchema = z.object({
+  enabled: z
+    .boolean()
+    .optional()
+    .describe(
+      'Reconcile an InferencePool (inference.networking.k8s.io/v1) selecting this endpoint’s engine pods, so a Gateway can route to them; unset: the operator’s default (BERTH_INFERENCE_POOLS). Nothing happens where the InferencePool CRD is not installed',
+    ),
+  endpointPicker: EndpointPickerRefSchema.optional().describe(
+    'The pool’s endpoint picker; unset: the operator’s default (BERTH_INFERENCE_POOL_PICKER, `<endpoint>-epp:9002`)',
+  ),
+});
+
 export const DedicatedEndpointSpecSchema = z.object({
   account: z
     .string()
@@ -169,6 +206,9 @@ export const DedicatedEndpointSpecSchema = z.object({
   scaling: ScalingSpecSchema.default({ minReplicas: 0, maxReplicas: 1, idleTimeoutSeconds: 900 }),
   engine: EngineSpecSchema.optional(),
   routing: RoutingSpecSchema.optional().describe('Replica choice for calls through the API'),
+  inferencePool: InferencePoolSpecSchema.optional().describe(
+    'An InferencePool for Gateway API routing (Gateway API Inference Extension), opt-in',
+  ),
 });
 
 export const PhaseSchema = z.enum(['building', 'up', 'hibernated', 'waking', 'failed']);
@@ -230,6 +270,40 @@ export const StartTimingSchema = z.object({
 });
 export type StartTiming = z.infer<typeof StartTimingSchema>;
 
+/** A node an endpoint's replica ran on: its weights are on that node's disk and page cache. */
+export const WarmNodeSchema = z.object({
+  name: z.string().max(253),
+  readyAt: RFC3339.describe('When a replica last became Ready there'),
+});
+export type WarmNode = z.infer<typeof WarmNodeSchema>;
+
+/** The most nodes status.warmNodes keeps (most recent first). */
+export const MAX_WARM_NODES = 4;
+
+/**
+ * The last wake, stage by stage, as a user waits through it: the wake signal (a request reached the
+ * hibernated endpoint), the replica count written, the replica scheduled on a node, its engine
+ * container running (the image on the node), its engine ready (weights loaded, serving), and the
+ * first byte of an answer forwarded to a caller who waited.
+ */
+export const WakeReceiptSchema = z.object({
+  requestedAt: RFC3339.optional().describe('The wake signal (the API’s wake-requested annotation)'),
+  scaledAt: RFC3339.describe('The operator wrote the replica count'),
+  scheduledAt: RFC3339.optional().describe('The replica was scheduled on a node'),
+  imageReadyAt: RFC3339.optional().describe('Its engine container was running (the image was on the node)'),
+  engineReadyAt: RFC3339.optional().describe('Its engine was ready (weights loaded, serving)'),
+  firstByteAt: RFC3339.optional().describe(
+    'The API forwarded the first byte of a held call’s answer (the API’s wake-first-byte annotation)',
+  ),
+  pod: z.string().max(253).optional(),
+  node: z.string().max(253).optional(),
+  placement: z
+    .enum(['warm', 'cold'])
+    .optional()
+    .describe('warm: on a node the endpoint ran on before (status.preferredNodes); cold: any other'),
+});
+export type WakeReceipt = z.infer<typeof WakeReceiptSchema>;
+
 export const DedicatedEndpointStatusSchema = z.object({
   phase: PhaseSchema.optional(),
   reason: z.string().max(1024).optional().describe('CamelCase reason for the phase'),
@@ -255,6 +329,19 @@ export const DedicatedEndpointStatusSchema = z.object({
     .describe('Value of the wake-requested annotation already acted on; a different value is a new wake'),
   failure: FailureSchema.optional(),
   lastStart: StartTimingSchema.optional().describe('Durations of the last replica start'),
+  warmNodes: z
+    .array(WarmNodeSchema)
+    .max(MAX_WARM_NODES)
+    .optional()
+    .describe('Nodes where replicas last ran, most recent first (their caches hold the weights)'),
+  preferredNodes: z
+    .array(z.string().max(253))
+    .max(MAX_WARM_NODES)
+    .optional()
+    .describe(
+      'The warm nodes as the endpoint hibernated: a wake prefers them (preferred node affinity, by recency), never waits for them',
+    ),
+  lastWake: WakeReceiptSchema.optional().describe('The last wake, stage by stage'),
   preflightGeneration: z
     .int()
     .min(0)
@@ -289,6 +376,7 @@ export const DedicatedEndpointSchema = z.object({
 });
 
 export type DedicatedEndpointSpec = z.infer<typeof DedicatedEndpointSpecSchema>;
+export type EndpointPickerRef = z.infer<typeof EndpointPickerRefSchema>;
 /** The spec as a client may write it (defaults not yet applied). */
 export type DedicatedEndpointSpecInput = z.input<typeof DedicatedEndpointSpecSchema>;
 export type DedicatedEndpointStatus = z.infer<typeof DedicatedEndpointStatusSchema>;

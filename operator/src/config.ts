@@ -34,6 +34,9 @@ const modelCache = z
   });
 
 /** Operator configuration: one schema (the reconciler's fragment included), parsed from the environment at boot. */
+/** `<service>:<port>`; `{name}` in the service stands for the endpoint id. */
+const PICKER = /^(\{name\}|[a-z0-9])([-a-z0-9.]|\{name\})*:\d{1,5}$/;
+
 export const EnvSchema = z.object({
   ...reconcilerEnv.shape,
   KUBECONFIG: z.string().optional().describe('Path to a kubeconfig; unset = in-cluster service account'),
@@ -73,7 +76,43 @@ export const EnvSchema = z.object({
   BERTH_LEASE_NAME: z.string().default('berth-operator'),
   BERTH_IDENTITY: z.string().optional().describe('Leader-election identity; default hostname_pid'),
   LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
+  BERTH_ENGINE_OTLP_TRACES_ENDPOINT: z
+    .url('BERTH_ENGINE_OTLP_TRACES_ENDPOINT must be a URL such as http://otel-collector:4317')
+    .optional()
+    .describe(
+      "Where the engines export their traces (vLLM's --otlp-traces-endpoint); unset: no engine tracing",
+    ),
+  BERTH_ENGINE_OTLP_TRACES_PROTOCOL: z
+    .enum(['grpc', 'http/protobuf'], {
+      error: 'BERTH_ENGINE_OTLP_TRACES_PROTOCOL must be grpc or http/protobuf',
+    })
+    .default('grpc')
+    .describe('The OTLP protocol of that endpoint (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL of the engines)'),
+  BERTH_INFERENCE_POOLS: z
+    .enum(['true', 'false'], { error: 'BERTH_INFERENCE_POOLS must be true or false' })
+    .default('false')
+    .describe(
+      'Reconcile an InferencePool for endpoints whose spec.inferencePool.enabled is unset (needs the InferencePool CRD; without it nothing happens)',
+    ),
+  BERTH_INFERENCE_POOL_PICKER: z
+    .string()
+    .regex(
+      PICKER,
+      'BERTH_INFERENCE_POOL_PICKER must be <service>:<port>, where {name} in the service stands for the endpoint id (e.g. {name}-epp:9002)',
+    )
+    .default('{name}-epp:9002')
+    .describe('The endpoint picker of an endpoint’s pool unless its spec names one'),
 });
+
+export interface PoolDefaults {
+  enabled: boolean;
+  picker: { service: string; port: number };
+}
+
+export function poolDefaults(enabled: boolean, picker: string): PoolDefaults {
+  const at = picker.lastIndexOf(':');
+  return { enabled, picker: { service: picker.slice(0, at), port: Number(picker.slice(at + 1)) } };
+}
 
 export interface OperatorConfig extends ReconcilerConfig {
   kubeconfig?: string;
@@ -93,6 +132,12 @@ export interface OperatorConfig extends ReconcilerConfig {
   logLevel: string;
   /** Lease timings (client-go defaults 15/10/2 s); tests shorten them. */
   lease?: { durationSeconds: number; renewDeadlineSeconds: number; retryPeriodSeconds: number };
+  /** InferencePools: the default for endpoints that do not say, and the default endpoint picker. */
+  inferencePools?: PoolDefaults;
+  /** Where the engines export traces (unset: not at all). */
+  engineTracing?: { endpoint: string; protocol: 'grpc' | 'http/protobuf' };
+  /** While the InferencePool CRD is absent, how often to ask whether it was installed (60 s; tests shorten it). */
+  poolRecheckMs?: number;
 }
 
 export class ConfigError extends Error {
@@ -125,5 +170,14 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): OperatorCon
     leaseName: e.BERTH_LEASE_NAME,
     identity: e.BERTH_IDENTITY ?? `${hostname()}_${process.pid}`,
     logLevel: e.LOG_LEVEL,
+    inferencePools: poolDefaults(e.BERTH_INFERENCE_POOLS === 'true', e.BERTH_INFERENCE_POOL_PICKER),
+    ...(e.BERTH_ENGINE_OTLP_TRACES_ENDPOINT
+      ? {
+          engineTracing: {
+            endpoint: e.BERTH_ENGINE_OTLP_TRACES_ENDPOINT,
+            protocol: e.BERTH_ENGINE_OTLP_TRACES_PROTOCOL,
+          },
+        }
+      : {}),
   };
 }

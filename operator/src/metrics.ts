@@ -48,6 +48,13 @@ export function createMetrics() {
       buckets: [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800],
       registers: [registry],
     }),
+    wakeStage: new Histogram({
+      name: 'berth_endpoint_wake_stage_seconds',
+      help: 'A wake by stage (status.lastWake): signal (request → replica count written), scheduled, image (container running), engine (ready), total (request → ready)',
+      labelNames: ['stage'] as const,
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600],
+      registers: [registry],
+    }),
     reconcileDuration: new Histogram({
       name: 'berth_operator_reconcile_duration_seconds',
       help: 'Duration of one reconcile pass',

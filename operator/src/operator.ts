@@ -5,6 +5,7 @@ import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import { startController } from './core/controller.ts';
+import { wakeStages } from './core/placement.ts';
 import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
 import { DEFAULT_HF_ENDPOINT } from './config.ts';
@@ -42,6 +43,7 @@ export function buildConfig(config: OperatorConfig): BuildConfig {
     terminationGracePeriodSeconds: config.terminationGracePeriodSeconds,
     modelCache: config.modelCache,
     ...(config.hfEndpoint !== DEFAULT_HF_ENDPOINT ? { hfEndpoint: config.hfEndpoint } : {}),
+    ...(config.engineTracing ? { engineTracing: config.engineTracing } : {}),
   };
 }
 
@@ -77,6 +79,10 @@ export async function startOperator(
             metrics.replicaStart.observe({ stage: 'engine_ready' }, t.engineReadySeconds);
             metrics.replicaStart.observe({ stage: 'total' }, t.totalSeconds);
           },
+          wake: (receipt) => {
+            for (const [stage, seconds] of Object.entries(wakeStages(receipt)))
+              metrics.wakeStage.observe({ stage }, seconds);
+          },
           decision: (_ep, d) => {
             if (d.wakeDurationSeconds !== undefined) metrics.wakeDuration.observe(d.wakeDurationSeconds);
           },
@@ -93,6 +99,8 @@ export async function startOperator(
           onInformerError: () => metrics.errors.inc({ where: 'informer' }),
           onWrite: (resource) => metrics.writes.inc({ resource }),
           onWatchEvent: (outcome) => metrics.watchEvents.inc({ outcome }),
+          ...(config.inferencePools ? { pools: config.inferencePools } : {}),
+          ...(config.poolRecheckMs ? { poolRecheckMs: config.poolRecheckMs } : {}),
           enqueue,
         });
         return {

@@ -2,7 +2,13 @@ import type { DedicatedEndpoint } from '@berth/crds';
 import { DEFAULT_CATALOG, DedicatedEndpointSpecSchema, LABEL_SPEC_HASH } from '@berth/crds';
 import { describe, expect, it } from 'vitest';
 import type { BuildConfig } from '../src/k8s/builders.ts';
-import { desiredCacheClaim, desiredDeployment, desiredService, serviceUrl } from '../src/k8s/builders.ts';
+import {
+  desiredCacheClaim,
+  desiredDeployment,
+  desiredInferencePool,
+  desiredService,
+  serviceUrl,
+} from '../src/k8s/builders.ts';
 
 const h100 = DEFAULT_CATALOG.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
 const config: BuildConfig = {
@@ -105,7 +111,12 @@ describe('model sources in the Deployment', () => {
       mountPath: '/models',
       readOnly: true,
     });
-    expect(pod.containers[0]!.args?.slice(0, 3)).toEqual(['/models', '--served-model-name', 'org/m']);
+    expect(pod.containers[0]!.args?.slice(0, 4)).toEqual([
+      '--model',
+      '/models',
+      '--served-model-name',
+      'org/m',
+    ]);
     expect(pod.containers[0]!.args).not.toContain('--revision');
   });
 
@@ -118,7 +129,7 @@ describe('model sources in the Deployment', () => {
 
   it('s3:// hands the URI to vLLM’s streamer with the credentials Secret as environment', () => {
     const c = engine('s3://bucket/m', { credentialsSecretRef: { name: 's3' } }).containers[0]!;
-    expect(c.args?.[0]).toBe('s3://bucket/m');
+    expect(c.args?.slice(0, 2)).toEqual(['--model', 's3://bucket/m']);
     expect(c.args?.join(' ')).toContain('--load-format runai_streamer');
     expect(c.envFrom).toEqual([{ secretRef: { name: 's3' } }]);
   });
@@ -139,5 +150,87 @@ describe('model sources in the Deployment', () => {
       expect(r.success, bad).toBe(false);
       expect(r.error?.issues[0]?.message, bad).toMatch(/^spec\.model\.source must be pvc:\/\//);
     }
+  });
+});
+
+describe('engine tracing', () => {
+  it('passes --otlp-traces-endpoint and the protocol to vLLM when configured, nothing otherwise', () => {
+    const container = (c: BuildConfig) =>
+      desiredDeployment(endpoint(), h100, c, 1).spec!.template.spec!.containers[0]!;
+    const off = container(config);
+    expect(off.args).not.toContain('--otlp-traces-endpoint');
+    expect(off.env!.map((e) => e.name)).not.toContain('OTEL_EXPORTER_OTLP_TRACES_PROTOCOL');
+    const on = container({
+      ...config,
+      engineTracing: { endpoint: 'http://otel-collector:4318/v1/traces', protocol: 'http/protobuf' },
+    });
+    const at = on.args!.indexOf('--otlp-traces-endpoint');
+    expect(on.args![at + 1]).toBe('http://otel-collector:4318/v1/traces');
+    expect(on.env).toContainEqual({ name: 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL', value: 'http/protobuf' });
+  });
+});
+
+describe('the engine’s compile caches', () => {
+  const env = (spec: Record<string, unknown> = {}, image = config.engineImage) =>
+    Object.fromEntries(
+      desiredDeployment(
+        endpoint(spec),
+        h100,
+        { ...config, engineImage: image },
+        1,
+      ).spec!.template.spec!.containers[0]!.env!.map((e) => [e.name, e.value]),
+    );
+
+  it('live on the node’s cache volume, keyed by engine image, model and hardware', () => {
+    const base = env();
+    for (const name of ['VLLM_CACHE_ROOT', 'TORCHINDUCTOR_CACHE_DIR', 'TRITON_CACHE_DIR'])
+      expect(base[name]).toMatch(/^\/root\/\.cache\/huggingface\/berth-engine-cache\/[0-9a-f]{16}\//);
+    const key = (e: Record<string, string | undefined>) => e.VLLM_CACHE_ROOT!.split('/')[5];
+    expect(key(env())).toBe(key(base)); // stable
+    expect(key(env({}, 'vllm/vllm-openai:v0.12.0'))).not.toBe(key(base));
+    expect(key(env({ model: { id: 'Qwen/Qwen2.5-7B-Instruct' } }))).not.toBe(key(base));
+    expect(key(env({ hardware: { gpuType: 'nvidia-h100-80gb', gpuCount: 2 } }))).not.toBe(key(base));
+  });
+});
+
+describe('desiredInferencePool', () => {
+  const picker = { service: '{name}-epp', port: 9002 };
+
+  it('selects the engine pods on the engine port, with the default picker named after the endpoint', () => {
+    const pool = desiredInferencePool(endpoint(), picker);
+    expect(pool.apiVersion).toBe('inference.networking.k8s.io/v1');
+    expect(pool.metadata).toMatchObject({ name: 'endpt-abc123', namespace: 'team-a' });
+    expect(pool.metadata!.ownerReferences).toEqual([
+      expect.objectContaining({ kind: 'DedicatedEndpoint', name: 'endpt-abc123', controller: true }),
+    ]);
+    expect(pool.spec).toEqual({
+      selector: { matchLabels: desiredService(endpoint()).spec!.selector },
+      targetPorts: [{ number: 8000 }],
+      endpointPickerRef: {
+        kind: 'Service',
+        name: 'endpt-abc123-epp',
+        port: { number: 9002 },
+        failureMode: 'FailClose',
+      },
+    });
+  });
+
+  it('takes the picker the spec names, and a new picker is a new spec hash', () => {
+    const named = endpoint({
+      inferencePool: {
+        enabled: true,
+        endpointPicker: { name: 'shared', port: 9100, failureMode: 'FailOpen' },
+      },
+    });
+    const pool = desiredInferencePool(named, picker);
+    expect(pool.spec.endpointPickerRef).toEqual({
+      kind: 'Service',
+      name: 'shared',
+      port: { number: 9100 },
+      failureMode: 'FailOpen',
+    });
+    expect(pool.metadata!.labels![LABEL_SPEC_HASH]).not.toBe(
+      desiredInferencePool(endpoint(), picker).metadata!.labels![LABEL_SPEC_HASH],
+    );
   });
 });

@@ -66,7 +66,7 @@ describe('endpoint lifecycle', () => {
     });
     expect(dep?.spec?.replicas).toBe(1);
     const c = dep!.spec!.template.spec!.containers[0]!;
-    expect(c.args?.slice(0, 3)).toEqual(['org/small', '--served-model-name', 'org/small']);
+    expect(c.args?.slice(0, 4)).toEqual(['--model', 'org/small', '--served-model-name', 'org/small']);
     expect(c.resources?.limits?.['nvidia.com/gpu']).toBe('1');
     expect(dep?.metadata?.managedFields?.map((f) => f.manager)).toContain('berth-operator');
     const svc = await k.core.readNamespacedService({ name: 'endpt-basic', namespace: ns.name });

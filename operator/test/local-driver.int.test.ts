@@ -1,7 +1,7 @@
 // The local workload driver with real child processes: the engine simulator, and a process that
 // keeps crashing.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DEFAULT_CATALOG, DedicatedEndpointSchema, type DedicatedEndpoint } from '@berth/crds';
@@ -57,8 +57,18 @@ describe('local process driver', () => {
     const seen: Array<readonly string[]> = [];
     d.watchAddresses('endpt-a', (a) => seen.push(a));
     await d.apply(ep, it4, 1);
-    expect(await d.observe(ep)).toEqual({ replicas: 1, readyReplicas: 0 });
+    const starting = await d.observe(ep);
+    expect(starting).toMatchObject({ replicas: 1, readyReplicas: 0 });
+    // Its start as a pod's would read, for the wake receipt: this machine is its node.
+    expect(starting.starts).toEqual([expect.objectContaining({ pod: 'endpt-a-0' })]);
+    expect(starting.starts![0]!.readyAt).toBeUndefined();
     await eventually(async () => (await d.observe(ep)).readyReplicas === 1, { timeout: 10_000 });
+    const up = await d.observe(ep);
+    const start = up.starts![0]!;
+    expect(Date.parse(start.readyAt!)).toBeGreaterThanOrEqual(Date.parse(start.runningAt!) + 300);
+    expect(start).toMatchObject({ pod: 'endpt-a-0', node: hostname(), scheduledAt: start.runningAt });
+    expect(Date.parse(start.runningAt!)).toBeGreaterThanOrEqual(Date.parse(start.createdAt));
+    expect(up.nodes).toEqual([{ name: hostname(), readyAt: start.readyAt }]);
     const [url] = d.addresses('endpt-a');
     expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(seen).toEqual([[url]]);

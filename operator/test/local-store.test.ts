@@ -100,6 +100,50 @@ describe('local endpoint store', () => {
     await expect(store.annotate('endpt-missing', { a: 'b' })).rejects.toThrow(/not found/);
   });
 
+  it('a wake request reaches the reconciler before its database write ends; the writes stay in order', async () => {
+    const m = await setup();
+    await m.store.create({ id: 'endpt-a', displayName: 'A', spec });
+    m.changes.length = 0;
+    // A slow database: the annotation's write waits until released.
+    let release = () => {};
+    const slow = new Promise<void>((r) => (release = r));
+    const write = m.repo.setAnnotations;
+    m.repo.setAnnotations = async (id, a) => {
+      await slow;
+      await write(id, a);
+    };
+    const annotated = m.store.annotate('endpt-a', { [ANNOTATION_WAKE_REQUESTED]: 't1' });
+    await new Promise((r) => setImmediate(r));
+    expect(m.changes).toEqual(['local/endpt-a']);
+    expect(m.store.reconciler.get(keyOf('endpt-a'))!.metadata.annotations?.[ANNOTATION_WAKE_REQUESTED]).toBe(
+      't1',
+    );
+    expect(m.rows.get('endpt-a')!.metadata.annotations?.[ANNOTATION_WAKE_REQUESTED]).toBeUndefined();
+    // The reconciler's status write, made meanwhile, goes to the database after the annotation.
+    const status = m.store.reconciler.writeStatus(m.store.get('endpt-a')!, { phase: 'waking' });
+    release();
+    await Promise.all([annotated, status]);
+    expect(m.writes).toEqual(['annotations:endpt-a', 'status:endpt-a']);
+    expect(m.rows.get('endpt-a')!.metadata.annotations?.[ANNOTATION_WAKE_REQUESTED]).toBe('t1');
+    expect(m.store.get('endpt-a')!.metadata.annotations?.[ANNOTATION_WAKE_REQUESTED]).toBe('t1');
+    expect(m.store.get('endpt-a')!.status?.phase).toBe('waking');
+  });
+
+  it('a wake request on a sleeping endpoint is enqueued as urgent; other changes are not', async () => {
+    const urgent: boolean[] = [];
+    const m = memoryRepo();
+    const store = localEndpointStore(m.repo, {
+      onChange: (_k, u) => urgent.push(!!u),
+      recordEvent: () => {},
+    });
+    await store.load();
+    const e = await store.create({ id: 'endpt-a', displayName: 'A', spec });
+    await store.reconciler.writeStatus(e, { phase: 'hibernated', hibernatedAt: '2026-11-28T10:00:00.000Z' });
+    await store.annotate('endpt-a', { other: 'x' });
+    await store.annotate('endpt-a', { [ANNOTATION_WAKE_REQUESTED]: '2026-11-28T10:05:00.000Z' });
+    expect(urgent).toEqual([false, false, true]);
+  });
+
   it("writes status for the reconciler without enqueueing (its own write) but tells the API's watchers", async () => {
     const { store, rows, changes, writes } = await setup();
     const e = await store.create({ id: 'endpt-a', displayName: 'A', spec });

@@ -23,6 +23,30 @@ describe('WorkQueue', () => {
     expect(seen).toEqual(['a', 'b']);
   });
 
+  it('an urgent key (a wake) goes ahead of a resync of 1,000 keys, also when it was queued among them', async () => {
+    const seen: string[] = [];
+    let release = () => {};
+    const gate = new Promise<void>((r) => (release = r));
+    const q = new WorkQueue(
+      async (k) => {
+        seen.push(k);
+        if (k === 'busy') await gate;
+      },
+      { concurrency: 1 },
+    );
+    q.add('busy'); // holds the only worker while the resync queues
+    for (let i = 0; i < 1000; i++) q.add(`ep-${i}`);
+    q.add('wake-new', true);
+    q.add('ep-500', true); // queued already: moved to the front
+    q.add('ep-500', true); // and once only
+    expect(q.depth).toBe(1001);
+    release();
+    await until(() => seen.length === 1002);
+    expect(seen.slice(0, 3)).toEqual(['busy', 'ep-500', 'wake-new']);
+    expect(seen.filter((k) => k === 'ep-500')).toHaveLength(1);
+    expect(seen.at(-1)).toBe('ep-999');
+  });
+
   it('runs at most one handler per key and re-runs a key added meanwhile', async () => {
     let inFlight = 0;
     let maxInFlight = 0;

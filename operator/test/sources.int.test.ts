@@ -87,7 +87,8 @@ describe('model sources with the hub unreachable', () => {
       name: 'model-source',
       persistentVolumeClaim: { claimName: 'weights', readOnly: true },
     });
-    expect(pod.containers[0]!.args?.slice(0, 3)).toEqual([
+    expect(pod.containers[0]!.args?.slice(0, 4)).toEqual([
+      '--model',
       '/models/org/small',
       '--served-model-name',
       'org/small',

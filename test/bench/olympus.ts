@@ -220,11 +220,12 @@ async function loopOverhead(): Promise<string> {
   const mcp = await startMcpServer();
   const signal = new AbortController().signal;
   try {
-    const direct = await openMcpSession({ url: mcp.url, headers: {}, timeoutMs: 10_000 }, signal);
+    const target = { url: mcp.url, headers: {}, timeoutMs: 10_000, maxResponseBytes: 1_048_576 };
+    const direct = await openMcpSession(target, signal);
     const server = {
       toolId: 'bench',
       pricePerCall: 1n,
-      session: await openMcpSession({ url: mcp.url, headers: {}, timeoutMs: 10_000 }, signal),
+      session: await openMcpSession(target, signal),
     };
     let id = 0;
     // An instant model: one call per step until `calls` are made, then an answer.

@@ -12,7 +12,7 @@ import { pipeline } from 'node:stream/promises';
 import { request } from 'undici';
 import type { Phase, RoutingStrategy } from '@berth/crds';
 // The proxy's HTTP client settings, shared with the baseline (this module imports only undici).
-import { proxyAgent } from '../../apps/api/src/proxy/agent.ts';
+import { proxyAgent } from '../../apps/api/src/dedicated/proxy/agent.ts';
 
 export type Command =
   | { type: 'endpoint'; account: string; phase: Phase; routing?: RoutingStrategy }
@@ -43,7 +43,8 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     { keyService },
     { createLogger },
     { createMetrics },
-    { healthRepository, keyRepository },
+    { keyRepository },
+    { healthRepository },
     { usageRepository },
     { memoryRateLimiter },
     { usageRecorder },
@@ -53,16 +54,17 @@ async function startBerth(): Promise<{ server: http.Server; handle(c: Command): 
     import('@berth/db'),
     import('@berth/api'),
     import('@berth/crds'),
-    import('../../apps/api/src/keys/format.ts'),
-    import('../../apps/api/src/keys/revocation-bus.ts'),
-    import('../../apps/api/src/keys/service.ts'),
-    import('../../apps/api/src/logger.ts'),
-    import('../../apps/api/src/metrics.ts'),
-    import('../../apps/api/src/repositories/keys.ts'),
-    import('../../apps/api/src/repositories/usage.ts'),
-    import('../../apps/api/src/proxy/ratelimit.ts'),
-    import('../../apps/api/src/proxy/usage.ts'),
-    import('../../apps/api/src/upstream/platform.ts'),
+    import('../../apps/api/src/accounts/keys/format.ts'),
+    import('../../apps/api/src/accounts/keys/revocation-bus.ts'),
+    import('../../apps/api/src/accounts/keys/service.ts'),
+    import('../../apps/api/src/platform/logger.ts'),
+    import('../../apps/api/src/platform/metrics.ts'),
+    import('../../apps/api/src/accounts/keys/repository.ts'),
+    import('../../apps/api/src/platform/health-repository.ts'),
+    import('../../apps/api/src/dedicated/proxy/usage-repository.ts'),
+    import('../../apps/api/src/dedicated/proxy/ratelimit.ts'),
+    import('../../apps/api/src/dedicated/proxy/usage.ts'),
+    import('../../apps/api/src/dedicated/upstream/endpoint-upstream.ts'),
     import('../support/memory-runtime.ts'),
   ]);
   const config = parseConfig({

@@ -18,7 +18,7 @@ interface Operation {
   documented: Set<number>;
 }
 
-// Answers any route may give that the per-route entries leave implicit (README: API reference).
+// Answers any route may give that the per-route entries leave implicit (docs/api.md).
 const GENERIC = [400, 401, 403, 404, 405, 413, 415, 429];
 
 function raw(

@@ -1,5 +1,5 @@
 // What every chaos suite shares: its knobs from the environment, the machine's load while it ran,
-// and a Markdown table of figures for RELIABILITY.md.
+// and a Markdown table of figures for docs/reliability.md.
 import { loadavg } from 'node:os';
 import { kubectlOk } from '../cluster/env.ts';
 import { percentile } from '../bench/stats.ts';

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AppsV1Api, CoreV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { GROUP, LABEL_ENDPOINT, PLURAL, VERSION } from '@berth/crds';
-import { kubeconfigPath, kubectlOk, loadKubeConfig, testNamespace } from '../cluster/env.ts';
+import { deleteEndpoints, kubeconfigPath, loadKubeConfig, testNamespace } from '../cluster/env.ts';
 import { bearer, startTestApi } from '../support/api.ts';
 import { eventually } from '../support/eventually.ts';
 import { startFakeHub } from '../support/fake-hub.ts';
@@ -174,15 +174,7 @@ export async function operatorKill(): Promise<{ text: string; passed: boolean }>
     return { text, passed };
   } finally {
     // Terminate while the operator runs, so finalizers are released, then tear down.
-    await kubectlOk([
-      'delete',
-      'dedicatedendpoints',
-      '--all',
-      '-n',
-      ns.name,
-      '--wait=true',
-      '--timeout=60s',
-    ]).catch(() => {});
+    await deleteEndpoints(ns.name);
     operator.child.kill('SIGTERM');
     await api.stop();
     await engines.close();

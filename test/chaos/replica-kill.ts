@@ -7,7 +7,7 @@
 import OpenAI from 'openai';
 import { CustomObjectsApi } from '@kubernetes/client-node';
 import { GROUP, PLURAL, VERSION, type DedicatedEndpoint } from '@berth/crds';
-import { kubectlOk, loadKubeConfig, testNamespace } from '../cluster/env.ts';
+import { deleteEndpoints, loadKubeConfig, testNamespace } from '../cluster/env.ts';
 import { ADMIN_TOKEN, bearer, spawnApi, startTestApi, type ApiProcess } from '../support/api.ts';
 import { eventually } from '../support/eventually.ts';
 import { startFakeHub } from '../support/fake-hub.ts';
@@ -149,15 +149,7 @@ export async function replicaKill(): Promise<{ text: string; passed: boolean }> 
     );
     return { text, passed };
   } finally {
-    await kubectlOk([
-      'delete',
-      'dedicatedendpoints',
-      '--all',
-      '-n',
-      ns.name,
-      '--wait=true',
-      '--timeout=60s',
-    ]).catch(() => {});
+    await deleteEndpoints(ns.name);
     await b.stop();
     await a.stop();
     await engines.close();

@@ -1,17 +1,23 @@
-// `npm run chaos -- <suite...>`: fault suites that print figures (Markdown) for RELIABILITY.md.
-// Each is bounded in time; knobs are CHAOS_* environment variables (see RELIABILITY.md). Exit 1
+// `npm run chaos -- <suite...>`: fault suites that print figures (Markdown) for docs/reliability.md.
+// Each is bounded in time; knobs are CHAOS_* environment variables (see docs/reliability.md). Exit 1
 // when a suite's guarantees did not hold.
+import { chronosKill } from './chronos-kill.ts';
 import { fuzzRoutes } from './fuzz.ts';
 import { operatorKill } from './operator-kill.ts';
 import { pgOutage } from './pg-outage.ts';
+import { pgStop } from './pg-stop.ts';
+import { publicRateLimit } from './public-rate-limit.ts';
 import { replicaKill } from './replica-kill.ts';
 import { revocationAcrossReplicas } from './revocation.ts';
 import { sleepWake } from './sleep-wake.ts';
 import { slowClients } from './slow-clients.ts';
+import { soak } from './soak.ts';
 import { watchGone } from './watch-gone.ts';
 
 const suites: Record<string, () => Promise<{ text: string; passed: boolean }>> = {
   'pg-outage': pgOutage,
+  'pg-stop': pgStop,
+  'public-rate-limit': publicRateLimit,
   revocation: revocationAcrossReplicas,
   'sleep-wake': sleepWake,
   fuzz: fuzzRoutes,
@@ -19,6 +25,8 @@ const suites: Record<string, () => Promise<{ text: string; passed: boolean }>> =
   'operator-kill': operatorKill,
   'watch-410': watchGone,
   'replica-kill': replicaKill,
+  soak,
+  'chronos-kill': chronosKill,
 };
 
 const names = process.argv.slice(2);

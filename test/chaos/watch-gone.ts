@@ -12,7 +12,7 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import { CustomObjectsApi } from '@kubernetes/client-node';
 import { GROUP, PLURAL, VERSION, type DedicatedEndpoint } from '@berth/crds';
-import { kubectlOk, loadKubeConfig, testNamespace } from '../cluster/env.ts';
+import { deleteEndpoints, loadKubeConfig, testNamespace } from '../cluster/env.ts';
 import { bearer, startTestApi } from '../support/api.ts';
 import { eventually } from '../support/eventually.ts';
 import { startFakeHub } from '../support/fake-hub.ts';
@@ -145,15 +145,7 @@ export async function watchGone(): Promise<{ text: string; passed: boolean }> {
     );
     return { text, passed };
   } finally {
-    await kubectlOk([
-      'delete',
-      'dedicatedendpoints',
-      '--all',
-      '-n',
-      ns.name,
-      '--wait=true',
-      '--timeout=60s',
-    ]).catch(() => {});
+    await deleteEndpoints(ns.name);
     await api.stop();
     await proxy.close();
     await engines.close();

@@ -132,6 +132,22 @@ export function loadKubeConfig(): KubeConfig {
  * Creates a uniquely named namespace for one test; `remove()` deletes it (and everything in it)
  * without waiting for finalization.
  */
+/**
+ * Deletes every DedicatedEndpoint of a namespace and waits up to a minute for them to go (their
+ * finalizers run while the operator and the API still do): a teardown's first step, errors ignored.
+ */
+export async function deleteEndpoints(namespace: string): Promise<void> {
+  await kubectlOk([
+    'delete',
+    'dedicatedendpoints',
+    '--all',
+    '-n',
+    namespace,
+    '--wait=true',
+    '--timeout=60s',
+  ]).catch(() => {});
+}
+
 export async function testNamespace(prefix: string): Promise<{ name: string; remove: () => Promise<void> }> {
   const name = `${prefix}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
   await kubectlOk(['create', 'namespace', name]);

@@ -28,6 +28,8 @@ let context: BrowserContext;
 let page: Page;
 let idp: OidcProviderProcess;
 let second: TestApi;
+/** Every error the main page logs to its console (a failed load included), in order. */
+const consoleErrors: string[] = [];
 
 beforeAll(async () => {
   browser = await chromium.launch({
@@ -46,6 +48,10 @@ beforeAll(async () => {
   context = await browser.newContext({ viewport: { width: 1366, height: 800 } });
   page = await context.newPage();
   page.setDefaultTimeout(15_000);
+  page.on('console', (m) => {
+    if (m.type() === 'error') consoleErrors.push(`${m.text()} (${m.location().url})`);
+  });
+  page.on('pageerror', (e) => consoleErrors.push(e.message));
   // The second provider, and a second API replica (same database, same cluster) whose issuer it is.
   const port = await freePort();
   idp = await startOidcProvider([`http://127.0.0.1:${port}/auth/callback`]);
@@ -103,6 +109,30 @@ async function recordTexts(selector: string): Promise<() => Promise<string[]>> {
   return async () => (await page.evaluate('window.seen')) as string[];
 }
 
+/**
+ * Whether the underscores of the secret on screen are drawn: the field's pixels change when they are
+ * blanked. (At 1× the field's line box ended above them, and `svc_live_…` read `svc live …`.)
+ */
+async function underscoresDrawn(): Promise<boolean> {
+  const field = page.getByTestId('secret-value');
+  const swap = (from: string, to: string) =>
+    page.evaluate(`(() => {
+      const e = document.querySelector('[data-testid="secret-value"]');
+      e.value = e.value.replaceAll(${JSON.stringify(from)}, ${JSON.stringify(to)});
+    })()`);
+  const shown = await field.screenshot();
+  await swap('_', '\u00a0');
+  const blanked = await field.screenshot();
+  await swap('\u00a0', '_');
+  return !shown.equals(blanked);
+}
+
+/** The values the playground's "Model or endpoint" offers. */
+const playgroundChoices = () =>
+  page.evaluate(
+    `[...document.querySelectorAll('select option')].map((o) => o.value).filter(Boolean)`,
+  ) as Promise<string[]>;
+
 const nav = (name: string) => page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name });
 const statusLabel = (p: Page = page) => p.locator('dl.facts .status');
 
@@ -122,6 +152,7 @@ describe('the dashboard, in Chromium, as one user', () => {
     const notice = page.getByRole('region', { name: 'Welcome to Berth: your API key' });
     const value = await notice.getByLabel('Your new API key').inputValue();
     expect(value).toMatch(/^svc_live_/);
+    expect(await underscoresDrawn()).toBe(true);
     await poll(() => page.getByText('Signed in as').textContent()).toContain('Ada Lovelace');
     await accessible();
     await screenshot('signup-key');
@@ -133,7 +164,26 @@ describe('the dashboard, in Chromium, as one user', () => {
     expect(await page.locator('[data-testid="secret-value"]').count()).toBe(0);
   });
 
-  it('Settings → Keys: creates a key shown once, then only its prefix; revokes it with the trash icon', async () => {
+  it('no page so far logged an error (a 404 for /favicon.ico was one), and the tab has Berth’s icon', async () => {
+    // The sign-in page, the provider's page, the signup and a reload, each loaded whole.
+    expect(consoleErrors).toEqual([]);
+    const icons = (await page.evaluate(
+      `[...document.querySelectorAll('link[rel="icon"]')].map((l) => l.href)`,
+    )) as string[];
+    expect(icons.length).toBeGreaterThan(0);
+    // Browsers ask for /favicon.ico on their own, on pages without an icon link too (the sign-in
+    // provider's); the page's links are what this one shows.
+    for (const url of [api.url + '/favicon.ico', ...icons]) {
+      const res = await page.request.get(url);
+      expect([url, res.status(), res.headers()['content-type']]).toEqual([
+        url,
+        200,
+        expect.stringMatching(/^image\//),
+      ]);
+    }
+  });
+
+  it('Settings → Keys: creates a key shown once, then only its prefix; revokes it with the trash icon, after a confirmation', async () => {
     await nav('Settings → Keys').click();
     await page.getByRole('heading', { name: 'Settings → Keys' }).waitFor();
     await page.getByLabel('Name', { exact: true }).fill('laptop');
@@ -157,7 +207,17 @@ describe('the dashboard, in Chromium, as one user', () => {
     const models = () =>
       fetch(api.url + '/api/models', { headers: { authorization: `Bearer ${value}` } }).then((r) => r.status);
     expect(await models()).toBe(200);
+    // The trash icon asks first, as Terminate does; Cancel leaves the key working.
     await row.getByRole('button', { name: 'Revoke key laptop' }).click();
+    const confirm = page.getByRole('alertdialog', { name: 'Revoke key laptop?' });
+    await confirm.waitFor();
+    await accessible();
+    await confirm.getByRole('button', { name: 'Cancel' }).click();
+    await poll(() => confirm.count()).toBe(0);
+    expect(await row.locator('td').nth(5).textContent()).toBe('active');
+    expect(await models()).toBe(200);
+    await row.getByRole('button', { name: 'Revoke key laptop' }).click();
+    await confirm.getByRole('button', { name: 'Yes, revoke' }).click();
     await poll(() => row.textContent()).toContain('revoked');
     expect(await models()).toBe(401);
   });
@@ -181,7 +241,14 @@ describe('the dashboard, in Chromium, as one user', () => {
     await page.getByRole('button', { name: 'Create endpoint' }).click();
     await page.getByLabel('Name (optional)').fill('demo');
     await page.getByLabel('Model (model hub id)').fill('org/small');
-    await page.getByLabel('Hardware').selectOption('nvidia-h100-80gb|1');
+    // The cheapest GPU is the one offered first (an L4, not the H100 at the top of the catalog), by
+    // the name people know it by.
+    const hardware = page.getByLabel('Hardware');
+    await poll(() => hardware.inputValue()).toBe('nvidia-l4-24gb|1');
+    expect(await hardware.locator('option:checked').textContent()).toBe('1 × NVIDIA L4 24GB (24 GiB each)');
+    expect(await hardware.locator('option').allTextContents()).toContain(
+      '1 × NVIDIA H100 80GB (80 GiB each)',
+    );
     await page.getByLabel('Idle timeout (seconds)').fill('15');
     // Every label the detail page shows, from its first render on, without a reload.
     const labels = await recordTexts('dl.facts .status');
@@ -197,6 +264,9 @@ describe('the dashboard, in Chromium, as one user', () => {
     const shown = [...new Set(await labels())];
     expect(shown).toEqual(['PROVISIONING', 'ONLINE']);
     await poll(() => page.getByRole('progressbar').count()).toBe(0);
+    // Hardware by its display name, here and in the list (not the id nvidia-l4-24gb).
+    const fact = (name: string) => page.locator('dl.facts dt', { hasText: name }).locator('+ dd');
+    await poll(() => fact('Hardware').textContent()).toBe('1 × NVIDIA L4 24GB');
 
     const logs = page.getByRole('log', { name: 'Endpoint logs, streaming' });
     await poll(() => logs.textContent()).toContain(`# endpoint ${endpointId}`);
@@ -227,9 +297,12 @@ describe('the dashboard, in Chromium, as one user', () => {
     // It sleeps after 15 s without traffic; the list shows it live.
     await nav('Endpoints').click();
     const row = page.getByRole('row', { name: new RegExp(endpointId) });
+    expect(await row.locator('td').nth(3).textContent()).toBe('1 × NVIDIA L4 24GB');
     await poll(() => row.locator('.status').textContent(), 90_000).toBe('SLEEPING');
 
     await nav('Playground').click();
+    const option = page.getByLabel('Model or endpoint').locator(`option[value="d:${endpointId}"]`);
+    await poll(() => option.textContent()).toBe('demo (org/small) — SLEEPING');
     await page.getByLabel('Model or endpoint').selectOption(`d:${endpointId}`);
     // Everything the page shows as status while answering, recorded as it happens.
     const seen = await recordTexts('[role="status"]');
@@ -240,6 +313,70 @@ describe('the dashboard, in Chromium, as one user', () => {
     const answer = await page.getByTestId('message-assistant').last().textContent();
     expect((answer ?? '').replace(/^Model:\s*/, '').length).toBeGreaterThan(0);
     expect(await page.getByRole('alert').allTextContents()).toEqual([]);
+    // Awake now, and the choice says so without a reload (it sleeps again only after 15 s idle).
+    await poll(() => option.textContent(), 10_000).toBe('demo (org/small) — ONLINE');
+    // The endpoint's page keeps the wake's receipt: where it woke, and each stage to the first byte.
+    await nav('Endpoints').click();
+    await page.getByRole('link', { name: 'demo' }).click();
+    const receipt = page.getByTestId('wake-receipt');
+    await poll(() => receipt.textContent(), 30_000).toMatch(
+      /^\d[\d.]* m?s on gpu-l4-[01] \(warm node\) — signal \d+ ms · node .* · engine .* · first byte \d+ ms$/,
+    );
+  });
+
+  it('on a phone (390 × 844) no page is wider than the screen, forms fit, and Sign out is on screen', async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    try {
+      const pages: { path: string; heading: string; ready: () => Promise<unknown> }[] = [
+        {
+          path: '/endpoints',
+          heading: 'Endpoints',
+          ready: async () => {
+            await page.getByRole('row', { name: new RegExp(endpointId) }).waitFor();
+            await page.getByRole('button', { name: 'Create endpoint' }).click();
+            await poll(() => page.getByLabel('Hardware').inputValue()).not.toBe('');
+          },
+        },
+        { path: `/endpoints/${endpointId}`, heading: 'demo', ready: () => statusLabel().waitFor() },
+        { path: '/playground', heading: 'Playground', ready: () => page.getByLabel('Message').waitFor() },
+        {
+          path: '/settings/keys',
+          heading: 'Settings → Keys',
+          ready: () => page.getByTestId('key-default').waitFor(),
+        },
+        {
+          path: '/settings/billing',
+          heading: 'Settings → Billing',
+          ready: () => page.getByTestId('balance').waitFor(),
+        },
+        { path: '/tools', heading: 'Tools', ready: () => page.getByTestId('tool-olympus').waitFor() },
+      ];
+      for (const p of pages) {
+        await page.goto(api.url + p.path);
+        await page.getByRole('heading', { name: p.heading, level: 1 }).waitFor();
+        await p.ready();
+        // Wider content scrolls inside its own box (a table), never the page sideways.
+        const overflow = (await page.evaluate(
+          'document.documentElement.scrollWidth - document.documentElement.clientWidth',
+        )) as number;
+        expect({ page: p.path, overflow }).toEqual({ page: p.path, overflow: 0 });
+        for (const form of await page.locator('form').all()) {
+          const box = (await form.boundingBox())!;
+          expect({ page: p.path, left: box.x >= 0, right: box.x + box.width <= 390 }).toEqual({
+            page: p.path,
+            left: true,
+            right: true,
+          });
+        }
+        const out = (await page.getByRole('button', { name: 'Sign out' }).boundingBox())!;
+        const onScreen = out.x >= 0 && out.x + out.width <= 390 && out.y >= 0 && out.y + out.height <= 844;
+        expect({ page: p.path, signOutOnScreen: onScreen }).toEqual({ page: p.path, signOutOnScreen: true });
+      }
+      await accessible();
+      await screenshot('phone-tools');
+    } finally {
+      await page.setViewportSize({ width: 1366, height: 800 });
+    }
   });
 
   it('Settings → Billing shows the balance, free queries, ledger, usage and invoices', async () => {
@@ -268,6 +405,43 @@ describe('the dashboard, in Chromium, as one user', () => {
     await poll(() => first.locator('td').nth(4).textContent()).toBe(
       was === 'enabled' ? 'disabled' : 'enabled',
     );
+  });
+
+  it('the playground offers the catalog’s chat models, not its embedding models', async () => {
+    const catalog = (name: string, kind: 'chat' | 'embedding') =>
+      api.admin(`/admin/models/${name}`, {
+        method: 'PUT',
+        body: JSON.stringify({
+          kind,
+          backends: [{ baseUrl: 'http://127.0.0.1:9/v1', model: name }],
+          pricing: { inputPerMTok: '0.10', outputPerMTok: '0.30' },
+        }),
+      });
+    expect((await catalog('tiny-chat', 'chat')).status).toBe(201);
+    expect((await catalog('tiny-embed', 'embedding')).status).toBe(201);
+    await nav('Playground').click();
+    await poll(playgroundChoices).toContain('e:tiny-chat');
+    expect(await playgroundChoices()).not.toContain('e:tiny-embed');
+  });
+
+  it('the playground offers `auto` (Olympus chooses) while Olympus is enabled for the account', async () => {
+    /** Olympus on or off for the account, with the button of the Tools page. */
+    const olympus = async (on: boolean) => {
+      await nav('Tools').click();
+      const row = page.getByTestId('tool-olympus');
+      await poll(() => row.locator('td').nth(4).textContent()).toMatch(/^(en|dis)abled$/);
+      const button = row.getByRole('button', { name: on ? 'Enable olympus' : 'Disable olympus' });
+      if (await button.count()) await button.click();
+      await poll(() => row.locator('td').nth(4).textContent()).toBe(on ? 'enabled' : 'disabled');
+    };
+    await olympus(true);
+    await nav('Playground').click();
+    await poll(playgroundChoices).toContain('e:auto');
+    await page.getByLabel('Model or endpoint').selectOption('e:auto');
+    await olympus(false);
+    await nav('Playground').click();
+    await poll(playgroundChoices).toContain(`d:${endpointId}`);
+    expect(await playgroundChoices()).not.toContain('e:auto');
   });
 
   it('an account of the second identity provider signs in and cannot see the first one’s endpoints', async () => {
@@ -308,6 +482,10 @@ describe('the dashboard, in Chromium, as one user', () => {
   it('with no active inference key the playground shows the 403 message', async () => {
     await nav('Settings → Keys').click();
     await page.getByRole('button', { name: 'Revoke key default' }).click();
+    await page
+      .getByRole('alertdialog', { name: 'Revoke key default?' })
+      .getByRole('button', { name: 'Yes, revoke' })
+      .click();
     await poll(() => page.getByTestId('key-default').textContent()).toContain('revoked');
     await nav('Playground').click();
     await page.getByLabel('Model or endpoint').selectOption(`d:${endpointId}`);

@@ -9,6 +9,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileS
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '@berth/operator/local';
 import { eventually } from '../support/eventually.ts';
@@ -134,7 +135,18 @@ afterAll(async () => {
 
 describe('README quick start, verbatim, from a clean data directory', () => {
   it('documents the steps this test runs', () => {
-    expect(blocks.map((b) => b.name ?? b.lang)).toEqual(['server', 'sh', 'sh', 'sh', 'chat.mjs', 'sh', 'sh']);
+    expect(blocks.map((b) => b.name ?? b.lang)).toEqual([
+      'server',
+      'sh',
+      'sh',
+      'sh',
+      'chat.mjs',
+      'sh',
+      'sh',
+      'sh',
+      'elastic.mjs',
+      'sh',
+    ]);
     expect(blocks.filter((b) => b.code.includes('localhost:8080')).length).toBeGreaterThanOrEqual(5);
   });
 
@@ -173,6 +185,23 @@ describe('README quick start, verbatim, from a clean data directory', () => {
         expect(out).toMatch(/event Normal WakeRequested/);
       },
     ],
+    [
+      'fills the Elastic catalog with a platform account’s endpoint',
+      (out) => expect(out.trim().split('\n')).toEqual(['qwen-small', 'qwen-small']),
+    ],
+    [
+      'calls the catalog model with the OpenAI SDK, paid by a free query',
+      (out) => {
+        const [answer, balance] = out.trim().split('\n');
+        expect(answer).toMatch(/^qwen-small: \S/);
+        expect(JSON.parse(balance!)).toMatchObject({
+          balance: '0.000000',
+          currency: 'USD',
+          paid: false,
+          freeQueriesRemaining: 19,
+        });
+      },
+    ],
   ];
 
   it('runs every documented command in order', async () => {
@@ -205,14 +234,46 @@ describe('README quick start, verbatim, from a clean data directory', () => {
     expect(step).toBe(steps.length);
   }, 150_000);
 
+  it('signs in to the dashboard at http://localhost:<port>/ with npm start’s defaults', async () => {
+    const browser = await chromium.launch({
+      executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+    });
+    try {
+      const page = await browser.newPage();
+      page.setDefaultTimeout(15_000);
+      const base = `http://localhost:${port}`;
+      await page.goto(base + '/');
+      await page.getByRole('link', { name: /^Sign in with Development identity provider/ }).click();
+      await page.waitForURL(/\/idp\//);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.waitForURL(`${base}/endpoints`);
+      const notice = page.getByRole('region', { name: 'Welcome to Berth: your API key' });
+      expect(await notice.getByLabel('Your new API key').inputValue()).toMatch(/^svc_live_/);
+    } finally {
+      await browser.close();
+    }
+    // The provider's issuer is an address the server bound, never the unset HOST.
+    expect(apiOutput).not.toContain('undefined');
+    expect(apiOutput).not.toMatch(/"level":(50|60)/);
+  }, 60_000);
+
   it('stops cleanly: the API drains and no engine process outlives it', async () => {
-    const pids = [
-      ...readFileSync(
-        path.join(work, '.data', 'logs', readdirOne(path.join(work, '.data', 'logs'))),
-        'utf8',
-      ).matchAll(/starting \(pid (\d+)/g),
-    ].map((m) => Number(m[1]));
-    expect(pids.length).toBeGreaterThanOrEqual(2); // first start and the wake
+    const logs = path.join(work, '.data', 'logs');
+    const files = readdirSync(logs).filter((f) => f.endsWith('.log'));
+    expect(files).toHaveLength(2); // the quick start's endpoint and the catalog's
+    const pids = files
+      .flatMap((f) => [...readFileSync(path.join(logs, f), 'utf8').matchAll(/starting \(pid (\d+)/g)])
+      .map((m) => Number(m[1]));
+    expect(pids.length).toBeGreaterThanOrEqual(3); // two first starts and the wake
     process.kill(-api.pid!, 'SIGINT'); // Ctrl-C in the terminal
     const exit = await apiExit;
     // npm re-raises the SIGINT its script got; the API itself logs a clean stop.
@@ -221,12 +282,6 @@ describe('README quick start, verbatim, from a clean data directory', () => {
     expect(apiOutput).toMatch(/Berth API stopped/);
   }, 60_000);
 });
-
-function readdirOne(dir: string): string {
-  const files = readdirSync(dir).filter((f) => f.endsWith('.log'));
-  expect(files).toHaveLength(1);
-  return files[0]!;
-}
 
 function alive(pid: number): boolean {
   try {

@@ -14,6 +14,15 @@ export interface TestApi extends RunningApi {
   admin(pathname: string, init?: RequestInit): Promise<Response>;
   /** An account and its default inference key, plus keys of the other scopes. */
   newAccount(): Promise<{ id: string; inference: string; compute: string; global: string }>;
+  /**
+   * A catalog chat model served by one engine (`engineUrl` without `/v1`, the model it serves),
+   * priced per million tokens (default 1.00 in and out); throws unless it was created.
+   */
+  chatModel(
+    name: string,
+    engine: { engineUrl: string; model: string },
+    pricing?: { inputPerMTok: string; outputPerMTok: string },
+  ): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -25,7 +34,6 @@ export async function startTestApi(
   const database = db ?? (await createTestDatabase('api'));
   const config = parseConfig({
     PORT: '0',
-    HOST: '127.0.0.1',
     DATABASE_URL: database.url,
     ADMIN_TOKEN,
     LOG_LEVEL: 'silent',
@@ -64,6 +72,13 @@ export async function startTestApi(
         global: await make('global'),
       };
     },
+    async chatModel(name, { engineUrl, model }, pricing = { inputPerMTok: '1.00', outputPerMTok: '1.00' }) {
+      const res = await admin(`/admin/models/${name}`, {
+        method: 'PUT',
+        body: JSON.stringify({ kind: 'chat', backends: [{ baseUrl: `${engineUrl}/v1`, model }], pricing }),
+      });
+      if (res.status !== 201) throw new Error(`catalog model ${name}: ${res.status} ${await res.text()}`);
+    },
     async stop() {
       await api.close();
       if (!db) await database.drop();
@@ -87,7 +102,9 @@ export async function listeningPort(child: ChildProcess): Promise<{ port: number
   child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`API did not start in 60 s:\n${out}`)), 60_000);
+    // Generous: a start takes 2–5 s on an idle machine, and over a minute at a load of 20 (the chaos
+    // suites restart replicas while everything else runs).
+    const timer = setTimeout(() => reject(new Error(`API did not start in 180 s:\n${out}`)), 180_000);
     child.stdout!.on('data', () => {
       const m = /"port":(\d+)[^\n]*Berth API listening/.exec(out);
       if (m) {
@@ -103,12 +120,18 @@ export async function listeningPort(child: ChildProcess): Promise<{ port: number
   return { port, output: () => out };
 }
 
-/** `npm start`'s entry point as a separate process (for multi-replica tests). */
-export async function spawnApi(env: Record<string, string>): Promise<ApiProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'apps/api/src/main.ts'], {
+/**
+ * `npm start`'s entry point as a separate process (for multi-replica tests); `entry`: another one
+ * that starts the same API (test/support/chronos-replica.ts: Chronos on a fast clock).
+ */
+export async function spawnApi(
+  env: Record<string, string>,
+  entry = 'apps/api/src/main.ts',
+): Promise<ApiProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', entry], {
     cwd: root,
     // The suite's KUBECONFIG is for the tests; an API process gets a cluster only when asked.
-    env: { ...process.env, KUBECONFIG: '', HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, KUBECONFIG: '', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const { port, output } = await listeningPort(child);
@@ -118,7 +141,8 @@ export async function spawnApi(env: Record<string, string>): Promise<ApiProcess>
     output,
     stop: () =>
       new Promise((resolve) => {
-        if (child.exitCode !== null) return resolve(child.exitCode);
+        // Gone already: exited, or killed by a signal (a SIGKILLed replica has no exit code).
+        if (child.exitCode !== null || child.signalCode !== null) return resolve(child.exitCode);
         child.once('exit', (code) => resolve(code));
         child.kill('SIGTERM');
       }),

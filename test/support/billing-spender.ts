@@ -5,7 +5,10 @@
 //     prints `ready`, waits for a line on stdin, spends, flushes, gives its lease back and prints one
 //     JSON line with what it did;
 //   node --import tsx test/support/billing-spender.ts hold <database url> <account> <amount> <cost>
-//     reserves `amount`, settles it at `cost` without flushing, prints `holding` and waits to be killed.
+//     reserves `amount`, settles it at `cost` without flushing, prints `holding` and waits to be killed;
+//   node --import tsx test/support/billing-spender.ts stream <database url> <account> <spenders> <bound>
+//     prints `ready <replica>`, and after a line on stdin spends (each call costs its bound) until it
+//     is killed, printing `<calls> <charged>` every 50 ms (a replica killed mid-run, with SIGKILL).
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { openDatabase } from '@berth/db';
@@ -80,12 +83,17 @@ export async function runSpenders(
 }
 
 async function main([mode, url, accountId, a, b]: string[]) {
-  if (!url || !accountId || !a || !b || (mode !== 'spend' && mode !== 'hold'))
-    throw new Error('usage: billing-spender.ts spend|hold <url> <account> <n> <n>');
+  if (!url || !accountId || !a || !b || !['spend', 'hold', 'stream'].includes(mode!))
+    throw new Error('usage: billing-spender.ts spend|hold|stream <url> <account> <n> <n>');
   const logger = pino({ level: process.env.SPENDER_LOG_LEVEL ?? 'warn' }, pino.destination(2));
   const db = await openDatabase({ kind: 'postgres', url, poolSize: 4 });
   const events = await postgresBillingEvents({ url, logger });
-  const config = mode === 'hold' ? { ...TEST_WALLET_CONFIG, flushIntervalMs: 600_000 } : TEST_WALLET_CONFIG;
+  const config =
+    mode === 'hold'
+      ? { ...TEST_WALLET_CONFIG, flushIntervalMs: 600_000 }
+      : mode === 'stream'
+        ? { ...TEST_WALLET_CONFIG, flushIntervalMs: 1_000, leaseTtlMs: 5_000 }
+        : TEST_WALLET_CONFIG;
   const wallet = createWallet({ repo: billingRepository(db.prisma), events, logger, config });
   if (mode === 'hold') {
     const r = await wallet.reserve({ accountId, amount: BigInt(a) });
@@ -100,6 +108,7 @@ async function main([mode, url, accountId, a, b]: string[]) {
     setInterval(() => {}, 60_000);
     return;
   }
+  if (mode === 'stream') return stream(wallet, accountId, Number(a), BigInt(b));
   // Warm up (connections, Prisma's query compiler) so both replicas start spending together.
   await wallet.reserve({ accountId: 'acct_warm_up', amount: 1n });
   process.stdout.write('ready\n');
@@ -111,6 +120,30 @@ async function main([mode, url, accountId, a, b]: string[]) {
   await db.close();
   process.stdout.write(JSON.stringify({ ...r, charged: String(r.charged) }) + '\n');
   lines.close();
+}
+
+/** Spends until killed, reporting what it settled (calls, micro-units) every 50 ms. */
+async function stream(wallet: Wallet, accountId: string, spenders: number, bound: bigint) {
+  await wallet.reserve({ accountId: 'acct_warm_up', amount: 1n });
+  process.stdout.write(`ready ${wallet.replica}\n`);
+  await new Promise<void>((resolve) =>
+    createInterface({ input: process.stdin }).once('line', () => resolve()),
+  );
+  let calls = 0;
+  let charged = 0n;
+  setInterval(() => process.stdout.write(`${calls} ${charged}\n`), 50);
+  const usage = { keyId: 'key_spender', model: 'bench-model', promptTokens: 1, completionTokens: 1 };
+  await Promise.all(
+    Array.from({ length: spenders }, async () => {
+      for (;;) {
+        const r = await wallet.reserve({ accountId, amount: bound });
+        if (!r.ok) return;
+        await new Promise((resolve) => setTimeout(resolve, 1)); // a call that takes a moment
+        charged += r.hold.settle(bound, usage);
+        calls++;
+      }
+    }),
+  );
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

@@ -5,6 +5,9 @@ import type { AddressInfo } from 'node:net';
 //   GET  /api/models/{org}/{name}                  -> { id, gated, safetensors: { parameters, total } }
 //   HEAD /{org}/{name}/resolve/{revision}/config.json -> 200 with access, 401 without a token, 403 without access
 // As on the real hub, a private or missing model answers 401 without a token and 404 with one.
+// And the download an engine makes (the engine simulator fetches this one file when its node's cache
+// lacks the model), counted per model:
+//   GET  /{org}/{name}/resolve/{revision}/model.safetensors -> 200 and WEIGHTS_BYTES bytes
 
 export interface FakeModel {
   gated?: false | 'auto' | 'manual';
@@ -22,8 +25,12 @@ export const FAKE_MODELS: Record<string, FakeModel> = {
   'org/unknown-size': {},
 };
 
+/** The size of a fake weights file. */
+export const WEIGHTS_BYTES = 64 * 1024;
+
 export async function startFakeHub(models: Record<string, FakeModel> = FAKE_MODELS) {
   const requests: string[] = [];
+  const downloads = new Map<string, number>();
   let down = false;
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://hub');
@@ -45,6 +52,16 @@ export async function startFakeHub(models: Record<string, FakeModel> = FAKE_MODE
       };
       return void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
     }
+    const weights = /^\/([^/]+\/[^/]+)\/resolve\/[^/]+\/model\.safetensors$/.exec(url.pathname);
+    if (req.method === 'GET' && weights) {
+      const m = models[weights[1]!];
+      if (!m) return void res.writeHead(404).end();
+      if (m.gated && !m.tokens?.includes(token ?? '')) return void res.writeHead(token ? 403 : 401).end();
+      downloads.set(weights[1]!, (downloads.get(weights[1]!) ?? 0) + 1);
+      return void res
+        .writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': WEIGHTS_BYTES })
+        .end(Buffer.alloc(WEIGHTS_BYTES));
+    }
     const file = /^\/([^/]+\/[^/]+)\/resolve\/[^/]+\/config\.json$/.exec(url.pathname);
     if (req.method === 'HEAD' && file) {
       const m = models[file[1]!];
@@ -65,6 +82,8 @@ export async function startFakeHub(models: Record<string, FakeModel> = FAKE_MODE
   return {
     url: `http://127.0.0.1:${port}`,
     requests,
+    /** Weights downloads of a model (GETs of its model.safetensors answered 200). */
+    downloads: (model: string) => downloads.get(model) ?? 0,
     setDown: (v: boolean) => {
       down = v;
     },

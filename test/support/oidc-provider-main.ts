@@ -2,7 +2,7 @@
 // development provider, in its own process and on its own port, labelled differently.
 import express from 'express';
 // The module itself, not @berth/api: this process needs none of the rest of the API.
-import { devIdentityProvider } from '../../apps/api/src/auth/dev-idp.ts';
+import { devIdentityProvider } from '../../apps/api/src/accounts/sign-in/dev-idp.ts';
 
 const env = (name: string) => {
   const v = process.env[name];

@@ -2,6 +2,11 @@
 // addresses (127.16.0.0/16) and marks them Running, but runs nothing; this watches the pods of a
 // namespace and, for each running engine pod, starts an engine simulator bound to the pod's IP,
 // with the pod's own `vllm serve` arguments and environment. When the pod goes, so does its server.
+// With `nodeDisks`, each node has a disk (a directory under it): a pod's hostPath volumes are that
+// node's directories, and its simulator starts with the pod's environment resolved onto them — so
+// the weights and compile caches a pod leaves on its node's cache volume are there for the next pod
+// on that node, and only for it, as on a cluster.
+import path from 'node:path';
 import {
   CoreV1Api,
   makeInformer,
@@ -24,18 +29,44 @@ export interface PodEngines {
   close(): Promise<void>;
 }
 
-export async function servePodEngines(
-  kc: KubeConfig,
-  namespace: string,
-  defaults: Partial<EngineSimOptions> = { ttftMs: 5, itlMs: 2, outputTokens: 16 },
-): Promise<PodEngines> {
+/** An informer on the namespace's engine pods (labelled with their endpoint), not yet started. */
+export function enginePodInformer(kc: KubeConfig, namespace: string) {
   const core = kc.makeApiClient(CoreV1Api);
-  const informer = makeInformer<V1Pod & KubernetesObject>(
+  return makeInformer<V1Pod & KubernetesObject>(
     kc,
     `/api/v1/namespaces/${namespace}/pods`,
     () => core.listNamespacedPod({ namespace, labelSelector: LABEL_ENDPOINT }),
     LABEL_ENDPOINT,
   );
+}
+
+/**
+ * The pod's engine environment as its process would see it on its node: each path under a hostPath
+ * volume's mount becomes the same path on that node's disk (`<nodeDisks>/<node>/<hostPath>`).
+ */
+export function envOnNode(pod: V1Pod, nodeDisks: string): Record<string, string> {
+  const container = pod.spec?.containers[0];
+  const node = pod.spec?.nodeName ?? 'unscheduled';
+  const mounts = (container?.volumeMounts ?? []).flatMap((m) => {
+    const host = pod.spec?.volumes?.find((v) => v.name === m.name)?.hostPath?.path;
+    return host ? [{ at: m.mountPath, to: path.join(nodeDisks, node, host) }] : [];
+  });
+  const env: Record<string, string> = {};
+  for (const e of container?.env ?? []) {
+    const value = e.value ?? '';
+    const m = mounts.find((x) => value === x.at || value.startsWith(`${x.at}/`));
+    env[e.name] = m ? m.to + value.slice(m.at.length) : value;
+  }
+  return env;
+}
+
+export async function servePodEngines(
+  kc: KubeConfig,
+  namespace: string,
+  defaults: Partial<EngineSimOptions> = { ttftMs: 5, itlMs: 2, outputTokens: 16 },
+  opts: { nodeDisks?: string } = {},
+): Promise<PodEngines> {
+  const informer = enginePodInformer(kc, namespace);
   const servers = new Map<string, EngineSimHandle>();
   const endpointOf = new Map<string, string>();
   const errors = new Map<string, Error>();
@@ -70,7 +101,13 @@ export async function servePodEngines(
       const envName = `SIM_${k.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`;
       if (!explicit.has(envName)) (merged as Record<string, unknown>)[k] = v;
     }
-    const p = startEngineSim({ ...merged, host: ip, port: options.port, waitReady: false })
+    const p = startEngineSim({
+      ...merged,
+      host: ip,
+      port: options.port,
+      waitReady: false,
+      ...(opts.nodeDisks ? { env: envOnNode(pod, opts.nodeDisks) } : {}),
+    })
       .then((s) => {
         started++;
         servers.set(name, s);

@@ -68,6 +68,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/accounts/{id}/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An account's quotas: the limits that apply, its overrides and the defaults */
+        get: operations["getAdminAccountsByIdQuotas"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Set an account's own quotas (null: back to the default)
+         * @description Fields left out keep their value. A lower limit refuses new keys, endpoints, GPUs or Chronos runs beyond it; what the account already has is kept.
+         */
+        patch: operations["patchAdminAccountsByIdQuotas"];
+        trace?: never;
+    };
     "/admin/accounts": {
         parameters: {
             query?: never;
@@ -75,7 +96,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * List accounts, oldest first; `name` searches (case-insensitive substring)
+         * @description Query: `name` (part of the name, any case), `limit` (1–100, default 50), `after` (the `next` of the previous page).
+         */
+        get: operations["getAdminAccounts"];
         put?: never;
         /** Create an account and its default inference key */
         post: operations["postAdminAccounts"];
@@ -446,7 +471,7 @@ export interface paths {
         put?: never;
         /**
          * Create an API key
-         * @description An account holds at most BERTH_QUOTA_KEYS active keys (default 100): beyond it, 403 `quota_exceeded`, and no key is created. Revoked keys do not count.
+         * @description An account holds at most BERTH_QUOTA_KEYS active keys (default 100): beyond it, 403 `quota_exceeded`, and no key is created. Revoked and expired keys, and keys in their grace period after a rotation, do not count. A `pinnedModel` nothing serves for the account (not a catalog chat model, not one of its dedicated endpoints, not `auto`) is refused with 400 naming the field.
          *
          *     Key scopes allowed: global.
          */
@@ -464,7 +489,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * One key (never its value), with what its spend limit has spent this period
+         * @description Key scopes allowed: global.
+         */
+        get: operations["getKeysById"];
         put?: never;
         post?: never;
         /**
@@ -474,6 +503,56 @@ export interface paths {
          *     Key scopes allowed: global.
          */
         delete: operations["deleteKeysById"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a key's name, pinned model, tool pin, expiry, spend limit or fallback setting
+         * @description Fields given change; the others stay (null clears `pinnedModel`, `expiresAt` and `spendLimit`). Applies on every API replica before the answer. A revoked, expired or rotated-out key cannot be changed (409 `key_conflict`).
+         *
+         *     Key scopes allowed: global.
+         */
+        patch: operations["patchKeysById"];
+        trace?: never;
+    };
+    "/api/keys/{id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a key: a new key (its value shown once) replaces it after a grace period
+         * @description The new key has the old one’s name, scope and settings (a spend limit counts both keys together). The old key keeps working until `previous.graceExpiresAt` (`gracePeriodSeconds`, default 86400, at most 30 days; 0: at once), then every API replica refuses it with 401 `api_key_rotated`. A key that expires gives its successor the same lifetime from now unless `expiresAt` is given. A key is rotated once (409 `key_conflict` after); revoked or expired keys cannot be rotated.
+         *
+         *     Key scopes allowed: global.
+         */
+        post: operations["postKeysByIdRotate"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account's quotas: each limit and the account's usage
+         * @description A creation past a limit answers 403 `quota_exceeded`. Endpoint usage is read from the API’s cache of endpoints: a change made a moment ago may show a little later.
+         *
+         *     Key scopes allowed: compute, global.
+         */
+        get: operations["getQuotas"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -677,14 +756,16 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The account’s scheduled runs
-         * @description Key scopes allowed: inference, global.
+         * The account’s scheduled runs, oldest first, a page at a time
+         * @description Query: `limit` (1–100, default 100) and `after` (the `last_id` of the previous page). An `after` run deleted since is a 400: start again without it.
+         *
+         *     Key scopes allowed: inference, global.
          */
         get: operations["getChronosRuns"];
         put?: never;
         /**
          * Create a scheduled run
-         * @description A run fires on its `schedule` (5-field cron or an alias such as `@hourly`, read in the IANA `timezone`) and runs its `steps` in order: `chat` (a catalog model or `auto`, `messages`, `max_tokens`) and `tool` (a managed tool’s MCP call with `input`). A step reads an earlier step’s output with `{{steps.N.output}}`. The answer shows the next fire times.
+         * @description A run fires on its `schedule` (5-field cron or an alias such as `@hourly`, read in the IANA `timezone`) and runs its `steps` in order: `chat` (a catalog model or `auto`, `messages`, `max_tokens`) and `tool` (a managed tool’s MCP call with `input`). A step reads an earlier step’s output with `{{steps.N.output}}`. The answer shows the next fire times. The run belongs to the account (revoking the key that created it does not stop it). An account has at most its Chronos runs quota of runs (BERTH_QUOTA_CHRONOS_RUNS, GET /api/quotas).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -773,7 +854,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Instance types: `id` (what `hardware.gpuType` takes), display name, GPU memory, allowed GPU counts, availability
+         * Instance types: `id` (what `hardware.gpuType` takes), display name, GPU memory, allowed GPU counts, availability, price per GPU-hour
          * @description Key scopes allowed: inference, compute, global.
          */
         get: operations["getHardware"];
@@ -796,7 +877,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic chat completion (streaming with `stream: true`)
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered (so does the answer's `model`, on every path) and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -818,7 +899,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic chat completion; a key's pinned model overrides `model`
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered (so does the answer's `model`, on every path) and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -840,7 +921,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic text completion
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered (so does the answer's `model`, on every path) and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -862,7 +943,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic embeddings
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered (so does the answer's `model`, on every path) and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -884,7 +965,7 @@ export interface paths {
         put?: never;
         /**
          * Elastic Responses API (as vLLM serves it)
-         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
+         * @description `model` is a catalog display name (GET /api/models), or the id of one of the caller's own dedicated endpoints. Paid from the prepaid balance (free queries for accounts never credited). On 429, 5xx or an unreachable backend before the first byte, the call goes to the model's next backend, then to its fallback models; `x-berth-model` names the model that answered (so does the answer's `model`, on every path) and `x-berth-fallback-from` the one it fell back from. `model` = `auto`, `olympus` or `olympus-auto`: Olympus chooses the catalog model (400 `olympus_not_enabled` unless enabled for the account and allowed by the key's tool pin); the answer's `model` names it and `x-berth-olympus-reason` says why. On chat completions and responses, `tools` entries `{"type": "mcp", "server_label": "<tool_id>"}` run managed tools server-side (each call charged at the tool's price; 403 naming a tool not enabled or outside the key's pin).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -1052,7 +1133,7 @@ export interface paths {
         put?: never;
         /**
          * Chat completion on a dedicated endpoint (streaming with `stream: true`)
-         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
+         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready, at most `scaling.maxHeldRequests` calls per API replica (beyond them 503 `endpoint_waking` with Retry-After from the endpoint’s recent wakes). `X-Berth-Hold: false` answers that 503 at once, `X-Berth-Hold-Timeout: <seconds>` bounds the hold. The answer to a held call carries `x-berth-cold-start: true` and `x-berth-wake-ms` (a held stream: the comment `: x-berth-wake-ms <ms>` before its first event; its `: waking <stage> <elapsed>s` comments name the wake’s stage).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -1074,7 +1155,7 @@ export interface paths {
         put?: never;
         /**
          * Text completion on a dedicated endpoint
-         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
+         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready, at most `scaling.maxHeldRequests` calls per API replica (beyond them 503 `endpoint_waking` with Retry-After from the endpoint’s recent wakes). `X-Berth-Hold: false` answers that 503 at once, `X-Berth-Hold-Timeout: <seconds>` bounds the hold. The answer to a held call carries `x-berth-cold-start: true` and `x-berth-wake-ms` (a held stream: the comment `: x-berth-wake-ms <ms>` before its first event; its `: waking <stage> <elapsed>s` comments name the wake’s stage).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -1094,7 +1175,7 @@ export interface paths {
         };
         /**
          * The endpoint's served model
-         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready (send `X-Berth-Hold: false` for an immediate 503).
+         * @description Bearer key of the owning account, or none when the endpoint is Public (rate-limited). `model` may be omitted, the endpoint id or the served model (hub id); the served model answers. `building` → 503 `endpoint_building` with Retry-After; `failed` → 424 `endpoint_failed` with the reason; `hibernated`/`waking` → the request wakes the endpoint and is held until a replica is ready, at most `scaling.maxHeldRequests` calls per API replica (beyond them 503 `endpoint_waking` with Retry-After from the endpoint’s recent wakes). `X-Berth-Hold: false` answers that 503 at once, `X-Berth-Hold-Timeout: <seconds>` bounds the hold. The answer to a held call carries `x-berth-cold-start: true` and `x-berth-wake-ms` (a held stream: the comment `: x-berth-wake-ms <ms>` before its first event; its `: waking <stage> <elapsed>s` comments name the wake’s stage).
          *
          *     Key scopes allowed: inference, global.
          */
@@ -1223,6 +1304,225 @@ export interface operations {
             };
         };
     };
+    getAdminAccountsByIdQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The quotas */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        object: "account_quotas";
+                        account: string;
+                        /** @description What applies to the account: its override, else the default */
+                        limits: {
+                            keys: number;
+                            endpoints: number;
+                            gpus: number;
+                            chronos_runs: number;
+                        };
+                        overrides: {
+                            keys: number | null;
+                            endpoints: number | null;
+                            gpus: number | null;
+                            chronos_runs: number | null;
+                        };
+                        /** @description BERTH_QUOTA_KEYS, BERTH_QUOTA_ENDPOINTS, BERTH_QUOTA_GPUS, BERTH_QUOTA_CHRONOS_RUNS */
+                        defaults: {
+                            keys: number;
+                            endpoints: number;
+                            gpus: number;
+                            chronos_runs: number;
+                        };
+                    };
+                };
+            };
+            /** @description Bad admin token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    patchAdminAccountsByIdQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description Active API keys; null: back to the API's default */
+                    keys?: number | null;
+                    /** @description Dedicated endpoints; null: back to the API's default */
+                    endpoints?: number | null;
+                    /** @description GPUs: Σ scaling.maxReplicas × hardware.gpuCount over the endpoints; null: back to the API's default */
+                    gpus?: number | null;
+                    /** @description Chronos scheduled runs; null: back to the API's default */
+                    chronos_runs?: number | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The quotas */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        object: "account_quotas";
+                        account: string;
+                        /** @description What applies to the account: its override, else the default */
+                        limits: {
+                            keys: number;
+                            endpoints: number;
+                            gpus: number;
+                            chronos_runs: number;
+                        };
+                        overrides: {
+                            keys: number | null;
+                            endpoints: number | null;
+                            gpus: number | null;
+                            chronos_runs: number | null;
+                        };
+                        /** @description BERTH_QUOTA_KEYS, BERTH_QUOTA_ENDPOINTS, BERTH_QUOTA_GPUS, BERTH_QUOTA_CHRONOS_RUNS */
+                        defaults: {
+                            keys: number;
+                            endpoints: number;
+                            gpus: number;
+                            chronos_runs: number;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid body (the field is named) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Bad admin token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    getAdminAccounts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of accounts */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        data: {
+                            id: string;
+                            name: string;
+                            createdAt: string;
+                        }[];
+                        /** @description Whether another page follows */
+                        hasMore: boolean;
+                        /** @description The `after` value of the next page; null on the last page */
+                        next: string | null;
+                    };
+                };
+            };
+            /** @description A query parameter is invalid (named in the message) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Bad admin token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
     postAdminAccounts: {
         parameters: {
             query?: never;
@@ -1260,13 +1560,41 @@ export interface operations {
                             prefix: string;
                             pinnedModel: string | null;
                             toolPin: string[];
-                            /** @enum {string} */
-                            state: "active" | "revoked";
+                            /**
+                             * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                             * @enum {string}
+                             */
+                            state: "active" | "revoked" | "expired" | "rotated";
                             /** @description ISO 8601 */
                             createdAt: string;
                             /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
                             lastUsedAt: string | null;
                             revokedAt: string | null;
+                            /** @description ISO 8601: refused from then on (null: never) */
+                            expiresAt: string | null;
+                            /** @description The key this one was rotated to */
+                            replacedBy: string | null;
+                            /** @description ISO 8601: a rotated key works until then */
+                            graceExpiresAt: string | null;
+                            /** @description The key this one replaced */
+                            rotatedFrom: string | null;
+                            spendLimit: {
+                                /** @description Decimal string, six decimals */
+                                amount: string;
+                                /**
+                                 * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                                 * @enum {string}
+                                 */
+                                period: "day" | "week" | "month";
+                                /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                                spent: string;
+                                /** @description ISO 8601 */
+                                periodStart: string;
+                                /** @description ISO 8601: the next period starts */
+                                resetsAt: string;
+                            } | null;
+                            /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                            allowDearerFallback: boolean;
                             /** @description The key: shown in this response only */
                             value: string;
                         };
@@ -1302,10 +1630,20 @@ export interface operations {
                     name: string;
                     /** @enum {string} */
                     scope: "inference" | "compute" | "global";
-                    /** @description Only on inference keys: overrides `model` on /api/b/chat/completions */
+                    /** @description Only on inference keys: overrides `model` on /api/b/chat/completions. A catalog chat model, one of the account’s dedicated endpoints, or `auto` */
                     pinnedModel?: string | null;
                     /** @description Tools this key may use; empty or absent: every tool enabled for the account */
                     toolPin?: string[];
+                    /** @description The key is refused from then on (401 `api_key_expired`); null: never */
+                    expiresAt?: string | null;
+                    /** @description At most `amount` charged per period through this key (and the keys it is rotated to); null: none */
+                    spendLimit?: {
+                        amount: string;
+                        /** @enum {string} */
+                        period: "day" | "week" | "month";
+                    } | null;
+                    /** @description Elastic fallbacks may go to catalog models priced above the one asked for (a request may say `allow_dearer_fallback`) */
+                    allowDearerFallback?: boolean;
                 };
             };
         };
@@ -1326,15 +1664,55 @@ export interface operations {
                         prefix: string;
                         pinnedModel: string | null;
                         toolPin: string[];
-                        /** @enum {string} */
-                        state: "active" | "revoked";
+                        /**
+                         * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                         * @enum {string}
+                         */
+                        state: "active" | "revoked" | "expired" | "rotated";
                         /** @description ISO 8601 */
                         createdAt: string;
                         /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
                         lastUsedAt: string | null;
                         revokedAt: string | null;
+                        /** @description ISO 8601: refused from then on (null: never) */
+                        expiresAt: string | null;
+                        /** @description The key this one was rotated to */
+                        replacedBy: string | null;
+                        /** @description ISO 8601: a rotated key works until then */
+                        graceExpiresAt: string | null;
+                        /** @description The key this one replaced */
+                        rotatedFrom: string | null;
+                        spendLimit: {
+                            /** @description Decimal string, six decimals */
+                            amount: string;
+                            /**
+                             * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                             * @enum {string}
+                             */
+                            period: "day" | "week" | "month";
+                            /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                            spent: string;
+                            /** @description ISO 8601 */
+                            periodStart: string;
+                            /** @description ISO 8601: the next period starts */
+                            resetsAt: string;
+                        } | null;
+                        /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                        allowDearerFallback: boolean;
                         /** @description The key: shown in this response only */
                         value: string;
+                    };
+                };
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -1407,6 +1785,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
             /** @description No such account */
             404: {
                 headers: {
@@ -1419,7 +1809,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description The Idempotency-Key was used for another request */
+            /** @description The Idempotency-Key was used for another request, or the balance would pass the largest it may hold (999999999999.999999) */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -1490,6 +1880,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
             /** @description No such account */
             404: {
                 headers: {
@@ -1541,6 +1943,18 @@ export interface operations {
                         paid: boolean;
                         /** @description Free Elastic queries left (0 once paid) */
                         freeQueriesRemaining: number;
+                    };
+                };
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -1606,6 +2020,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
             /** @description No such account */
             404: {
                 headers: {
@@ -1658,6 +2084,18 @@ export interface operations {
             };
             /** @description A query parameter is invalid (named in the message) */
             400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1740,6 +2178,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
             /** @description No such account */
             404: {
                 headers: {
@@ -1799,6 +2249,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
             /** @description No such invoice in this account */
             404: {
                 headers: {
@@ -1844,6 +2306,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
         };
     };
     postAdminBillingInvoicesRun: {
@@ -1864,6 +2338,18 @@ export interface operations {
                     "application/json": {
                         weeks: string[];
                         invoices: number;
+                    };
+                };
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -2008,6 +2494,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
             /** @description `olympus` and `chronos` are built in */
             409: {
                 headers: {
@@ -2136,6 +2634,18 @@ export interface operations {
                     };
                 };
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
         };
     };
     getAdminModelsByName: {
@@ -2174,6 +2684,18 @@ export interface operations {
                         contextLength: number | null;
                         fallbacks: string[];
                         updatedAt: string;
+                    };
+                };
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -2281,6 +2803,18 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
         };
     };
     deleteAdminModelsByName: {
@@ -2300,6 +2834,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
             };
             /** @description No such model */
             404: {
@@ -2353,6 +2899,18 @@ export interface operations {
                             fallbacks: string[];
                             updatedAt: string;
                         }[];
+                    };
+                };
+            };
+            /** @description Missing or invalid admin token (ADMIN_TOKEN) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -2576,13 +3134,41 @@ export interface operations {
                             prefix: string;
                             pinnedModel: string | null;
                             toolPin: string[];
-                            /** @enum {string} */
-                            state: "active" | "revoked";
+                            /**
+                             * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                             * @enum {string}
+                             */
+                            state: "active" | "revoked" | "expired" | "rotated";
                             /** @description ISO 8601 */
                             createdAt: string;
                             /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
                             lastUsedAt: string | null;
                             revokedAt: string | null;
+                            /** @description ISO 8601: refused from then on (null: never) */
+                            expiresAt: string | null;
+                            /** @description The key this one was rotated to */
+                            replacedBy: string | null;
+                            /** @description ISO 8601: a rotated key works until then */
+                            graceExpiresAt: string | null;
+                            /** @description The key this one replaced */
+                            rotatedFrom: string | null;
+                            spendLimit: {
+                                /** @description Decimal string, six decimals */
+                                amount: string;
+                                /**
+                                 * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                                 * @enum {string}
+                                 */
+                                period: "day" | "week" | "month";
+                                /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                                spent: string;
+                                /** @description ISO 8601 */
+                                periodStart: string;
+                                /** @description ISO 8601: the next period starts */
+                                resetsAt: string;
+                            } | null;
+                            /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                            allowDearerFallback: boolean;
                         }[];
                         /** @description Whether another page follows: ask for it with `after` = `last_id` */
                         has_more: boolean;
@@ -2644,10 +3230,20 @@ export interface operations {
                     name: string;
                     /** @enum {string} */
                     scope: "inference" | "compute" | "global";
-                    /** @description Only on inference keys: overrides `model` on /api/b/chat/completions */
+                    /** @description Only on inference keys: overrides `model` on /api/b/chat/completions. A catalog chat model, one of the account’s dedicated endpoints, or `auto` */
                     pinnedModel?: string | null;
                     /** @description Tools this key may use; empty or absent: every tool enabled for the account */
                     toolPin?: string[];
+                    /** @description The key is refused from then on (401 `api_key_expired`); null: never */
+                    expiresAt?: string | null;
+                    /** @description At most `amount` charged per period through this key (and the keys it is rotated to); null: none */
+                    spendLimit?: {
+                        amount: string;
+                        /** @enum {string} */
+                        period: "day" | "week" | "month";
+                    } | null;
+                    /** @description Elastic fallbacks may go to catalog models priced above the one asked for (a request may say `allow_dearer_fallback`) */
+                    allowDearerFallback?: boolean;
                 };
             };
         };
@@ -2668,13 +3264,41 @@ export interface operations {
                         prefix: string;
                         pinnedModel: string | null;
                         toolPin: string[];
-                        /** @enum {string} */
-                        state: "active" | "revoked";
+                        /**
+                         * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                         * @enum {string}
+                         */
+                        state: "active" | "revoked" | "expired" | "rotated";
                         /** @description ISO 8601 */
                         createdAt: string;
                         /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
                         lastUsedAt: string | null;
                         revokedAt: string | null;
+                        /** @description ISO 8601: refused from then on (null: never) */
+                        expiresAt: string | null;
+                        /** @description The key this one was rotated to */
+                        replacedBy: string | null;
+                        /** @description ISO 8601: a rotated key works until then */
+                        graceExpiresAt: string | null;
+                        /** @description The key this one replaced */
+                        rotatedFrom: string | null;
+                        spendLimit: {
+                            /** @description Decimal string, six decimals */
+                            amount: string;
+                            /**
+                             * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                             * @enum {string}
+                             */
+                            period: "day" | "week" | "month";
+                            /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                            spent: string;
+                            /** @description ISO 8601 */
+                            periodStart: string;
+                            /** @description ISO 8601: the next period starts */
+                            resetsAt: string;
+                        } | null;
+                        /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                        allowDearerFallback: boolean;
                         /** @description The key: shown in this response only */
                         value: string;
                     };
@@ -2718,7 +3342,7 @@ export interface operations {
             };
         };
     };
-    deleteKeysById: {
+    getKeysById: {
         parameters: {
             query?: never;
             header?: never;
@@ -2729,7 +3353,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The revoked key */
+            /** @description The key */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2745,13 +3369,41 @@ export interface operations {
                         prefix: string;
                         pinnedModel: string | null;
                         toolPin: string[];
-                        /** @enum {string} */
-                        state: "active" | "revoked";
+                        /**
+                         * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                         * @enum {string}
+                         */
+                        state: "active" | "revoked" | "expired" | "rotated";
                         /** @description ISO 8601 */
                         createdAt: string;
                         /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
                         lastUsedAt: string | null;
                         revokedAt: string | null;
+                        /** @description ISO 8601: refused from then on (null: never) */
+                        expiresAt: string | null;
+                        /** @description The key this one was rotated to */
+                        replacedBy: string | null;
+                        /** @description ISO 8601: a rotated key works until then */
+                        graceExpiresAt: string | null;
+                        /** @description The key this one replaced */
+                        rotatedFrom: string | null;
+                        spendLimit: {
+                            /** @description Decimal string, six decimals */
+                            amount: string;
+                            /**
+                             * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                             * @enum {string}
+                             */
+                            period: "day" | "week" | "month";
+                            /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                            spent: string;
+                            /** @description ISO 8601 */
+                            periodStart: string;
+                            /** @description ISO 8601: the next period starts */
+                            resetsAt: string;
+                        } | null;
+                        /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                        allowDearerFallback: boolean;
                     };
                 };
             };
@@ -2781,6 +3433,508 @@ export interface operations {
             };
             /** @description No such key in this account */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    deleteKeysById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The revoked key */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Key id (`key_…`), used to revoke it */
+                        id: string;
+                        name: string;
+                        /** @enum {string} */
+                        scope: "inference" | "compute" | "global";
+                        /** @description The first characters of the value; the value itself is never shown again */
+                        prefix: string;
+                        pinnedModel: string | null;
+                        toolPin: string[];
+                        /**
+                         * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                         * @enum {string}
+                         */
+                        state: "active" | "revoked" | "expired" | "rotated";
+                        /** @description ISO 8601 */
+                        createdAt: string;
+                        /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
+                        lastUsedAt: string | null;
+                        revokedAt: string | null;
+                        /** @description ISO 8601: refused from then on (null: never) */
+                        expiresAt: string | null;
+                        /** @description The key this one was rotated to */
+                        replacedBy: string | null;
+                        /** @description ISO 8601: a rotated key works until then */
+                        graceExpiresAt: string | null;
+                        /** @description The key this one replaced */
+                        rotatedFrom: string | null;
+                        spendLimit: {
+                            /** @description Decimal string, six decimals */
+                            amount: string;
+                            /**
+                             * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                             * @enum {string}
+                             */
+                            period: "day" | "week" | "month";
+                            /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                            spent: string;
+                            /** @description ISO 8601 */
+                            periodStart: string;
+                            /** @description ISO 8601: the next period starts */
+                            resetsAt: string;
+                        } | null;
+                        /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                        allowDearerFallback: boolean;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description The key is not a global key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such key in this account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    patchKeysById: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    name?: string;
+                    /** @description Only on inference keys: overrides `model` on /api/b/chat/completions. A catalog chat model, one of the account’s dedicated endpoints, or `auto` */
+                    pinnedModel?: string | null;
+                    /** @description Tools this key may use; empty or absent: every tool enabled for the account */
+                    toolPin?: string[];
+                    /** @description The key is refused from then on (401 `api_key_expired`); null: never */
+                    expiresAt?: string | null;
+                    /** @description At most `amount` charged per period through this key (and the keys it is rotated to); null: none */
+                    spendLimit?: {
+                        amount: string;
+                        /** @enum {string} */
+                        period: "day" | "week" | "month";
+                    } | null;
+                    /** @description Elastic fallbacks may go to catalog models priced above the one asked for (a request may say `allow_dearer_fallback`) */
+                    allowDearerFallback?: boolean;
+                };
+            };
+        };
+        responses: {
+            /** @description The key as changed */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Key id (`key_…`), used to revoke it */
+                        id: string;
+                        name: string;
+                        /** @enum {string} */
+                        scope: "inference" | "compute" | "global";
+                        /** @description The first characters of the value; the value itself is never shown again */
+                        prefix: string;
+                        pinnedModel: string | null;
+                        toolPin: string[];
+                        /**
+                         * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                         * @enum {string}
+                         */
+                        state: "active" | "revoked" | "expired" | "rotated";
+                        /** @description ISO 8601 */
+                        createdAt: string;
+                        /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
+                        lastUsedAt: string | null;
+                        revokedAt: string | null;
+                        /** @description ISO 8601: refused from then on (null: never) */
+                        expiresAt: string | null;
+                        /** @description The key this one was rotated to */
+                        replacedBy: string | null;
+                        /** @description ISO 8601: a rotated key works until then */
+                        graceExpiresAt: string | null;
+                        /** @description The key this one replaced */
+                        rotatedFrom: string | null;
+                        spendLimit: {
+                            /** @description Decimal string, six decimals */
+                            amount: string;
+                            /**
+                             * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                             * @enum {string}
+                             */
+                            period: "day" | "week" | "month";
+                            /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                            spent: string;
+                            /** @description ISO 8601 */
+                            periodStart: string;
+                            /** @description ISO 8601: the next period starts */
+                            resetsAt: string;
+                        } | null;
+                        /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                        allowDearerFallback: boolean;
+                    };
+                };
+            };
+            /** @description Invalid body (the field is named) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description The key is not a global key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such key in this account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `key_conflict`: the key is revoked, expired or rotated out */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    postKeysByIdRotate: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description How long the old key keeps working; default 86400 (24 h), at most 30 days */
+                    gracePeriodSeconds?: number;
+                    /** @description The key is refused from then on (401 `api_key_expired`); null: never */
+                    expiresAt?: string | null;
+                };
+            };
+        };
+        responses: {
+            /** @description The new key, with its value shown once, and the old one */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @description Key id (`key_…`), used to revoke it */
+                        id: string;
+                        name: string;
+                        /** @enum {string} */
+                        scope: "inference" | "compute" | "global";
+                        /** @description The first characters of the value; the value itself is never shown again */
+                        prefix: string;
+                        pinnedModel: string | null;
+                        toolPin: string[];
+                        /**
+                         * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                         * @enum {string}
+                         */
+                        state: "active" | "revoked" | "expired" | "rotated";
+                        /** @description ISO 8601 */
+                        createdAt: string;
+                        /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
+                        lastUsedAt: string | null;
+                        revokedAt: string | null;
+                        /** @description ISO 8601: refused from then on (null: never) */
+                        expiresAt: string | null;
+                        /** @description The key this one was rotated to */
+                        replacedBy: string | null;
+                        /** @description ISO 8601: a rotated key works until then */
+                        graceExpiresAt: string | null;
+                        /** @description The key this one replaced */
+                        rotatedFrom: string | null;
+                        spendLimit: {
+                            /** @description Decimal string, six decimals */
+                            amount: string;
+                            /**
+                             * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                             * @enum {string}
+                             */
+                            period: "day" | "week" | "month";
+                            /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                            spent: string;
+                            /** @description ISO 8601 */
+                            periodStart: string;
+                            /** @description ISO 8601: the next period starts */
+                            resetsAt: string;
+                        } | null;
+                        /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                        allowDearerFallback: boolean;
+                        /** @description The key: shown in this response only */
+                        value: string;
+                        /** @description The key it replaced, working until its `graceExpiresAt` */
+                        previous: {
+                            /** @description Key id (`key_…`), used to revoke it */
+                            id: string;
+                            name: string;
+                            /** @enum {string} */
+                            scope: "inference" | "compute" | "global";
+                            /** @description The first characters of the value; the value itself is never shown again */
+                            prefix: string;
+                            pinnedModel: string | null;
+                            toolPin: string[];
+                            /**
+                             * @description `active` works (a rotated key works until `graceExpiresAt`); `revoked`, `expired` and `rotated` are refused with 401 and that code
+                             * @enum {string}
+                             */
+                            state: "active" | "revoked" | "expired" | "rotated";
+                            /** @description ISO 8601 */
+                            createdAt: string;
+                            /** @description ISO 8601; written in batches, up to KEY_TOUCH_INTERVAL_MS late */
+                            lastUsedAt: string | null;
+                            revokedAt: string | null;
+                            /** @description ISO 8601: refused from then on (null: never) */
+                            expiresAt: string | null;
+                            /** @description The key this one was rotated to */
+                            replacedBy: string | null;
+                            /** @description ISO 8601: a rotated key works until then */
+                            graceExpiresAt: string | null;
+                            /** @description The key this one replaced */
+                            rotatedFrom: string | null;
+                            spendLimit: {
+                                /** @description Decimal string, six decimals */
+                                amount: string;
+                                /**
+                                 * @description UTC day, ISO week from Monday 00:00 UTC, or calendar month
+                                 * @enum {string}
+                                 */
+                                period: "day" | "week" | "month";
+                                /** @description Charged to the key (and the keys it was rotated from) this period; up to a billing flush late */
+                                spent: string;
+                                /** @description ISO 8601 */
+                                periodStart: string;
+                                /** @description ISO 8601: the next period starts */
+                                resetsAt: string;
+                            } | null;
+                            /** @description Elastic fallbacks may go to catalog models priced above the one asked for */
+                            allowDearerFallback: boolean;
+                        };
+                    };
+                };
+            };
+            /** @description Invalid body (the field is named) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description The key is not a global key */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description No such key in this account */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description `key_conflict`: already rotated, revoked or expired */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+        };
+    };
+    getQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Limits and usage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @constant */
+                        object: "quotas";
+                        /** @description Active (not revoked) API keys */
+                        keys: {
+                            limit: number;
+                            usage: number;
+                        };
+                        /** @description Dedicated endpoints not being terminated */
+                        endpoints: {
+                            limit: number;
+                            usage: number;
+                        };
+                        /** @description Σ scaling.maxReplicas × hardware.gpuCount over those endpoints */
+                        gpus: {
+                            limit: number;
+                            usage: number;
+                        };
+                        /** @description Chronos scheduled runs */
+                        chronos_runs: {
+                            limit: number;
+                            usage: number;
+                        };
+                    };
+                };
+            };
+            /** @description Missing, malformed or revoked key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description Not a compute or global key */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3569,6 +4723,20 @@ export interface operations {
                      * @enum {string}
                      */
                     endpoint?: "chat/completions" | "completions" | "responses";
+                    /** @enum {string} */
+                    model?: "auto" | "olympus" | "olympus-auto";
+                    /** @description chat/completions: the conversation, as the live route takes it */
+                    messages?: ({
+                        /** @enum {string} */
+                        role: "system" | "developer" | "user" | "assistant" | "tool" | "function";
+                        content?: string | unknown[] | null;
+                    } & {
+                        [key: string]: unknown;
+                    })[];
+                    /** @description completions: the prompt */
+                    prompt?: string | string[];
+                    /** @description responses: the input */
+                    input?: string | unknown[];
                     max_tokens?: number;
                     max_completion_tokens?: number;
                     max_output_tokens?: number;
@@ -3685,20 +4853,27 @@ export interface operations {
     };
     getChronosRuns: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description How many items a page holds, 1–100 (default 100) */
+                limit?: number;
+                /** @description The `last_id` of the previous page: this page starts after that item */
+                after?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description Runs, oldest first */
+            /** @description One page of runs, oldest first */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": {
+                        /** @constant */
+                        object: "list";
                         data: {
                             /** @description `chr_…` */
                             id: string;
@@ -3735,9 +4910,29 @@ export interface operations {
                             next_fire_at: string | null;
                             /** @description The next 5 fire times, ISO 8601 with offset */
                             next_fires: string[];
+                            /** @description The key that created the run (`session`: the dashboard); its executions’ usage is recorded under it. The run belongs to the account: revoking this key does not stop it (delete the run to stop it) */
+                            key_id: string;
                             created_at: string;
                             updated_at: string;
                         }[];
+                        /** @description Whether another page follows: ask for it with `after` = `last_id` */
+                        has_more: boolean;
+                        /** @description Id of the first item; null on an empty page */
+                        first_id: string | null;
+                        /** @description Id of the last item; null on an empty page */
+                        last_id: string | null;
+                    };
+                };
+            };
+            /** @description `limit` or `after` is invalid (named in the message) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
                     };
                 };
             };
@@ -3856,6 +5051,8 @@ export interface operations {
                         next_fire_at: string | null;
                         /** @description The next 5 fire times, ISO 8601 with offset */
                         next_fires: string[];
+                        /** @description The key that created the run (`session`: the dashboard); its executions’ usage is recorded under it. The run belongs to the account: revoking this key does not stop it (delete the run to stop it) */
+                        key_id: string;
                         created_at: string;
                         updated_at: string;
                     };
@@ -3885,7 +5082,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key */
+            /** @description `chronos_disabled` (turned off platform-wide), `chronos_not_enabled` (POST /api/tools {"tool_id": "chronos"}), or a compute key; `quota_exceeded`: the account has as many runs as its quota */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -3952,6 +5149,8 @@ export interface operations {
                         next_fire_at: string | null;
                         /** @description The next 5 fire times, ISO 8601 with offset */
                         next_fires: string[];
+                        /** @description The key that created the run (`session`: the dashboard); its executions’ usage is recorded under it. The run belongs to the account: revoking this key does not stop it (delete the run to stop it) */
+                        key_id: string;
                         created_at: string;
                         updated_at: string;
                     };
@@ -4048,6 +5247,8 @@ export interface operations {
                         next_fire_at: string | null;
                         /** @description The next 5 fire times, ISO 8601 with offset */
                         next_fires: string[];
+                        /** @description The key that created the run (`session`: the dashboard); its executions’ usage is recorded under it. The run belongs to the account: revoking this key does not stop it (delete the run to stop it) */
+                        key_id: string;
                         created_at: string;
                         updated_at: string;
                     };
@@ -4182,6 +5383,8 @@ export interface operations {
                         next_fire_at: string | null;
                         /** @description The next 5 fire times, ISO 8601 with offset */
                         next_fires: string[];
+                        /** @description The key that created the run (`session`: the dashboard); its executions’ usage is recorded under it. The run belongs to the account: revoking this key does not stop it (delete the run to stop it) */
+                        key_id: string;
                         created_at: string;
                         updated_at: string;
                     };
@@ -4268,6 +5471,8 @@ export interface operations {
                         reason: string | null;
                         /** @description Run fee plus its steps, decimal string */
                         cost: string;
+                        /** @description The run fee charged (decimal string): the fee once a step reached a model or a tool, "0.000000" when the execution failed on Berth’s side before that (never billed; `reason` says so) */
+                        fee: string;
                         /** @description More than 1: the replica of an earlier attempt died */
                         attempts: number;
                         steps: {
@@ -4382,6 +5587,8 @@ export interface operations {
                             reason: string | null;
                             /** @description Run fee plus its steps, decimal string */
                             cost: string;
+                            /** @description The run fee charged (decimal string): the fee once a step reached a model or a tool, "0.000000" when the execution failed on Berth’s side before that (never billed; `reason` says so) */
+                            fee: string;
                             /** @description More than 1: the replica of an earlier attempt died */
                             attempts: number;
                             steps: {
@@ -4495,12 +5702,28 @@ export interface operations {
                             gpuMemoryGiB: number;
                             allowedGpuCounts: number[];
                             available: boolean;
+                            /** @description What one GPU costs for one hour: the rate GPU time is invoiced at (`ratePerGpuHour` of invoice lines), a decimal string with six decimals, e.g. "0.800000"; "0.000000" when the catalog names no price */
+                            pricePerGpuHour: string;
+                            /** @description The currency of the price, balances and invoices (BERTH_CURRENCY), e.g. "USD" */
+                            currency?: string;
                         }[];
                     };
                 };
             };
             /** @description No valid key */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: string;
+                        code?: string;
+                    };
+                };
+            };
+            /** @description a session call that changes state without its X-CSRF-Token */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5327,6 +6550,11 @@ export interface operations {
                             object: "model";
                             created: number;
                             owned_by: string;
+                            /**
+                             * @description Berth: which routes take the model (chat and responses, completions, or embeddings)
+                             * @enum {string}
+                             */
+                            kind: "chat" | "completion" | "embedding";
                         }[];
                     };
                 };
@@ -5390,6 +6618,45 @@ export interface operations {
                         object: "model";
                         created: number;
                         owned_by: string;
+                        /**
+                         * @description Berth: which routes take the model (chat and responses, completions, or embeddings)
+                         * @enum {string}
+                         */
+                        kind: "chat" | "completion" | "embedding";
+                    };
+                };
+            };
+            /** @description No credential (`Missing or invalid Authorization header`), or a malformed, revoked or unknown key (`Invalid API key`) */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
+                    };
+                };
+            };
+            /** @description A key of another scope (this operation takes inference, global); or a session call that changes state without its X-CSRF-Token */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error: {
+                            message: string;
+                            type: string;
+                            code: string | null;
+                            param: string | null;
+                        };
+                        message: string;
                     };
                 };
             };
@@ -5455,6 +6722,8 @@ export interface operations {
                                 minReplicas: number;
                                 maxReplicas: number;
                                 idleTimeoutSeconds: number;
+                                /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                                maxHeldRequests: number;
                             };
                             routing: {
                                 /** @enum {string} */
@@ -5481,6 +6750,50 @@ export interface operations {
                             observedGeneration: number | null;
                             createdAt: string | null;
                             lastTransitionTime: string | null;
+                            /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                            wake: {
+                                /** @description A wake is going on now */
+                                inProgress: boolean;
+                                /**
+                                 * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                                 * @enum {string}
+                                 */
+                                stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                                /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                                startedAt: string | null;
+                                /** @description Since the wake signal: so far, or in all for a wake that is over */
+                                elapsedSeconds: number | null;
+                                requestedAt: string | null;
+                                /** @description The operator wrote the replica count */
+                                scaledAt: string | null;
+                                /** @description The woken replica was scheduled on a node */
+                                scheduledAt: string | null;
+                                /** @description Its engine container was running (the image was on the node) */
+                                imageReadyAt: string | null;
+                                /** @description Its engine was Ready (weights loaded, serving) */
+                                engineReadyAt: string | null;
+                                /** @description The API forwarded the first byte of a held call’s answer */
+                                firstByteAt: string | null;
+                                /** @description Where the woken replica runs */
+                                node: string | null;
+                                /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                                placement: ("warm" | "cold") | null;
+                                /** @description Each stage’s duration (null until it is reached) */
+                                seconds: {
+                                    /** @description Wake signal → replica count written */
+                                    signal: number | null;
+                                    /** @description → scheduled on a node */
+                                    scheduled: number | null;
+                                    /** @description → engine container running */
+                                    image: number | null;
+                                    /** @description → engine Ready */
+                                    engine: number | null;
+                                    /** @description → first byte forwarded */
+                                    firstByte: number | null;
+                                    /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                    total: number | null;
+                                };
+                            } | null;
                         }[];
                         /** @description Whether another page follows: ask for it with `after` = `last_id` */
                         has_more: boolean;
@@ -5577,6 +6890,8 @@ export interface operations {
                          * @default 900
                          */
                         idleTimeoutSeconds?: number;
+                        /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 `endpoint_waking` with Retry-After from the endpoint's measured wake time. 0: never hold (503 at once; the wake is still requested). Unset: 256 */
+                        maxHeldRequests?: number;
                     };
                     /** @description How calls spread over the replicas; omitted: `prefixAffinity` (PUT: keeps the current one) */
                     routing?: {
@@ -5616,6 +6931,8 @@ export interface operations {
                             minReplicas: number;
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
+                            /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                            maxHeldRequests: number;
                         };
                         routing: {
                             /** @enum {string} */
@@ -5642,6 +6959,50 @@ export interface operations {
                         observedGeneration: number | null;
                         createdAt: string | null;
                         lastTransitionTime: string | null;
+                        /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                        wake: {
+                            /** @description A wake is going on now */
+                            inProgress: boolean;
+                            /**
+                             * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                             * @enum {string}
+                             */
+                            stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                            /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                            startedAt: string | null;
+                            /** @description Since the wake signal: so far, or in all for a wake that is over */
+                            elapsedSeconds: number | null;
+                            requestedAt: string | null;
+                            /** @description The operator wrote the replica count */
+                            scaledAt: string | null;
+                            /** @description The woken replica was scheduled on a node */
+                            scheduledAt: string | null;
+                            /** @description Its engine container was running (the image was on the node) */
+                            imageReadyAt: string | null;
+                            /** @description Its engine was Ready (weights loaded, serving) */
+                            engineReadyAt: string | null;
+                            /** @description The API forwarded the first byte of a held call’s answer */
+                            firstByteAt: string | null;
+                            /** @description Where the woken replica runs */
+                            node: string | null;
+                            /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                            placement: ("warm" | "cold") | null;
+                            /** @description Each stage’s duration (null until it is reached) */
+                            seconds: {
+                                /** @description Wake signal → replica count written */
+                                signal: number | null;
+                                /** @description → scheduled on a node */
+                                scheduled: number | null;
+                                /** @description → engine container running */
+                                image: number | null;
+                                /** @description → engine Ready */
+                                engine: number | null;
+                                /** @description → first byte forwarded */
+                                firstByte: number | null;
+                                /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                total: number | null;
+                            };
+                        } | null;
                     };
                 };
             };
@@ -5720,6 +7081,8 @@ export interface operations {
                             minReplicas: number;
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
+                            /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                            maxHeldRequests: number;
                         };
                         routing: {
                             /** @enum {string} */
@@ -5746,6 +7109,50 @@ export interface operations {
                         observedGeneration: number | null;
                         createdAt: string | null;
                         lastTransitionTime: string | null;
+                        /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                        wake: {
+                            /** @description A wake is going on now */
+                            inProgress: boolean;
+                            /**
+                             * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                             * @enum {string}
+                             */
+                            stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                            /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                            startedAt: string | null;
+                            /** @description Since the wake signal: so far, or in all for a wake that is over */
+                            elapsedSeconds: number | null;
+                            requestedAt: string | null;
+                            /** @description The operator wrote the replica count */
+                            scaledAt: string | null;
+                            /** @description The woken replica was scheduled on a node */
+                            scheduledAt: string | null;
+                            /** @description Its engine container was running (the image was on the node) */
+                            imageReadyAt: string | null;
+                            /** @description Its engine was Ready (weights loaded, serving) */
+                            engineReadyAt: string | null;
+                            /** @description The API forwarded the first byte of a held call’s answer */
+                            firstByteAt: string | null;
+                            /** @description Where the woken replica runs */
+                            node: string | null;
+                            /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                            placement: ("warm" | "cold") | null;
+                            /** @description Each stage’s duration (null until it is reached) */
+                            seconds: {
+                                /** @description Wake signal → replica count written */
+                                signal: number | null;
+                                /** @description → scheduled on a node */
+                                scheduled: number | null;
+                                /** @description → engine container running */
+                                image: number | null;
+                                /** @description → engine Ready */
+                                engine: number | null;
+                                /** @description → first byte forwarded */
+                                firstByte: number | null;
+                                /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                total: number | null;
+                            };
+                        } | null;
                     };
                 };
             };
@@ -5837,6 +7244,8 @@ export interface operations {
                          * @default 900
                          */
                         idleTimeoutSeconds?: number;
+                        /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 `endpoint_waking` with Retry-After from the endpoint's measured wake time. 0: never hold (503 at once; the wake is still requested). Unset: 256 */
+                        maxHeldRequests?: number;
                     };
                     /** @description How calls spread over the replicas; omitted: `prefixAffinity` (PUT: keeps the current one) */
                     routing?: {
@@ -5876,6 +7285,8 @@ export interface operations {
                             minReplicas: number;
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
+                            /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                            maxHeldRequests: number;
                         };
                         routing: {
                             /** @enum {string} */
@@ -5902,6 +7313,50 @@ export interface operations {
                         observedGeneration: number | null;
                         createdAt: string | null;
                         lastTransitionTime: string | null;
+                        /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                        wake: {
+                            /** @description A wake is going on now */
+                            inProgress: boolean;
+                            /**
+                             * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                             * @enum {string}
+                             */
+                            stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                            /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                            startedAt: string | null;
+                            /** @description Since the wake signal: so far, or in all for a wake that is over */
+                            elapsedSeconds: number | null;
+                            requestedAt: string | null;
+                            /** @description The operator wrote the replica count */
+                            scaledAt: string | null;
+                            /** @description The woken replica was scheduled on a node */
+                            scheduledAt: string | null;
+                            /** @description Its engine container was running (the image was on the node) */
+                            imageReadyAt: string | null;
+                            /** @description Its engine was Ready (weights loaded, serving) */
+                            engineReadyAt: string | null;
+                            /** @description The API forwarded the first byte of a held call’s answer */
+                            firstByteAt: string | null;
+                            /** @description Where the woken replica runs */
+                            node: string | null;
+                            /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                            placement: ("warm" | "cold") | null;
+                            /** @description Each stage’s duration (null until it is reached) */
+                            seconds: {
+                                /** @description Wake signal → replica count written */
+                                signal: number | null;
+                                /** @description → scheduled on a node */
+                                scheduled: number | null;
+                                /** @description → engine container running */
+                                image: number | null;
+                                /** @description → engine Ready */
+                                engine: number | null;
+                                /** @description → first byte forwarded */
+                                firstByte: number | null;
+                                /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                total: number | null;
+                            };
+                        } | null;
                     };
                 };
             };
@@ -5931,6 +7386,8 @@ export interface operations {
                             minReplicas: number;
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
+                            /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                            maxHeldRequests: number;
                         };
                         routing: {
                             /** @enum {string} */
@@ -5957,6 +7414,50 @@ export interface operations {
                         observedGeneration: number | null;
                         createdAt: string | null;
                         lastTransitionTime: string | null;
+                        /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                        wake: {
+                            /** @description A wake is going on now */
+                            inProgress: boolean;
+                            /**
+                             * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                             * @enum {string}
+                             */
+                            stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                            /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                            startedAt: string | null;
+                            /** @description Since the wake signal: so far, or in all for a wake that is over */
+                            elapsedSeconds: number | null;
+                            requestedAt: string | null;
+                            /** @description The operator wrote the replica count */
+                            scaledAt: string | null;
+                            /** @description The woken replica was scheduled on a node */
+                            scheduledAt: string | null;
+                            /** @description Its engine container was running (the image was on the node) */
+                            imageReadyAt: string | null;
+                            /** @description Its engine was Ready (weights loaded, serving) */
+                            engineReadyAt: string | null;
+                            /** @description The API forwarded the first byte of a held call’s answer */
+                            firstByteAt: string | null;
+                            /** @description Where the woken replica runs */
+                            node: string | null;
+                            /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                            placement: ("warm" | "cold") | null;
+                            /** @description Each stage’s duration (null until it is reached) */
+                            seconds: {
+                                /** @description Wake signal → replica count written */
+                                signal: number | null;
+                                /** @description → scheduled on a node */
+                                scheduled: number | null;
+                                /** @description → engine container running */
+                                image: number | null;
+                                /** @description → engine Ready */
+                                engine: number | null;
+                                /** @description → first byte forwarded */
+                                firstByte: number | null;
+                                /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                total: number | null;
+                            };
+                        } | null;
                     };
                 };
             };
@@ -6104,6 +7605,8 @@ export interface operations {
                         minReplicas?: number;
                         maxReplicas?: number;
                         idleTimeoutSeconds?: number;
+                        /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 `endpoint_waking` with Retry-After from the endpoint's measured wake time. 0: never hold (503 at once; the wake is still requested). Unset: 256 */
+                        maxHeldRequests?: number;
                     };
                     routing?: {
                         /**
@@ -6142,6 +7645,8 @@ export interface operations {
                             minReplicas: number;
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
+                            /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                            maxHeldRequests: number;
                         };
                         routing: {
                             /** @enum {string} */
@@ -6168,6 +7673,50 @@ export interface operations {
                         observedGeneration: number | null;
                         createdAt: string | null;
                         lastTransitionTime: string | null;
+                        /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                        wake: {
+                            /** @description A wake is going on now */
+                            inProgress: boolean;
+                            /**
+                             * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                             * @enum {string}
+                             */
+                            stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                            /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                            startedAt: string | null;
+                            /** @description Since the wake signal: so far, or in all for a wake that is over */
+                            elapsedSeconds: number | null;
+                            requestedAt: string | null;
+                            /** @description The operator wrote the replica count */
+                            scaledAt: string | null;
+                            /** @description The woken replica was scheduled on a node */
+                            scheduledAt: string | null;
+                            /** @description Its engine container was running (the image was on the node) */
+                            imageReadyAt: string | null;
+                            /** @description Its engine was Ready (weights loaded, serving) */
+                            engineReadyAt: string | null;
+                            /** @description The API forwarded the first byte of a held call’s answer */
+                            firstByteAt: string | null;
+                            /** @description Where the woken replica runs */
+                            node: string | null;
+                            /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                            placement: ("warm" | "cold") | null;
+                            /** @description Each stage’s duration (null until it is reached) */
+                            seconds: {
+                                /** @description Wake signal → replica count written */
+                                signal: number | null;
+                                /** @description → scheduled on a node */
+                                scheduled: number | null;
+                                /** @description → engine container running */
+                                image: number | null;
+                                /** @description → engine Ready */
+                                engine: number | null;
+                                /** @description → first byte forwarded */
+                                firstByte: number | null;
+                                /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                total: number | null;
+                            };
+                        } | null;
                     };
                 };
             };
@@ -6270,6 +7819,8 @@ export interface operations {
                             minReplicas: number;
                             maxReplicas: number;
                             idleTimeoutSeconds: number;
+                            /** @description Calls each API replica holds while the endpoint wakes; beyond it 503 with Retry-After */
+                            maxHeldRequests: number;
                         };
                         routing: {
                             /** @enum {string} */
@@ -6296,6 +7847,50 @@ export interface operations {
                         observedGeneration: number | null;
                         createdAt: string | null;
                         lastTransitionTime: string | null;
+                        /** @description The wake in progress, or the last one (status.lastWake); null when it never slept */
+                        wake: {
+                            /** @description A wake is going on now */
+                            inProgress: boolean;
+                            /**
+                             * @description What the wake waits for: signal (the replica count written), scheduled (a node), image (the engine image on it), engine (weights loaded), ready (the first call forwarded); done when it is over
+                             * @enum {string}
+                             */
+                            stage: "signal" | "scheduled" | "image" | "engine" | "ready" | "done";
+                            /** @description The wake signal (a call or POST …/wake reached the sleeping endpoint) */
+                            startedAt: string | null;
+                            /** @description Since the wake signal: so far, or in all for a wake that is over */
+                            elapsedSeconds: number | null;
+                            requestedAt: string | null;
+                            /** @description The operator wrote the replica count */
+                            scaledAt: string | null;
+                            /** @description The woken replica was scheduled on a node */
+                            scheduledAt: string | null;
+                            /** @description Its engine container was running (the image was on the node) */
+                            imageReadyAt: string | null;
+                            /** @description Its engine was Ready (weights loaded, serving) */
+                            engineReadyAt: string | null;
+                            /** @description The API forwarded the first byte of a held call’s answer */
+                            firstByteAt: string | null;
+                            /** @description Where the woken replica runs */
+                            node: string | null;
+                            /** @description warm: on a node the endpoint ran on before (its caches hold the weights); cold: any other */
+                            placement: ("warm" | "cold") | null;
+                            /** @description Each stage’s duration (null until it is reached) */
+                            seconds: {
+                                /** @description Wake signal → replica count written */
+                                signal: number | null;
+                                /** @description → scheduled on a node */
+                                scheduled: number | null;
+                                /** @description → engine container running */
+                                image: number | null;
+                                /** @description → engine Ready */
+                                engine: number | null;
+                                /** @description → first byte forwarded */
+                                firstByte: number | null;
+                                /** @description Wake signal → first byte (→ engine Ready when no call waited) */
+                                total: number | null;
+                            };
+                        } | null;
                     };
                 };
             };
@@ -6429,7 +8024,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`) */
+            /** @description Malformed body, a `model` the endpoint does not serve (`model_not_served`, `param: "model"`), or a malformed `X-Berth-Hold-Timeout` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6531,7 +8126,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Building, or still waking after the hold */
+            /** @description Building, or waking: not held (`X-Berth-Hold`), still waking after the hold, or `scaling.maxHeldRequests` calls held already; Retry-After says when to retry */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6572,7 +8167,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`) */
+            /** @description Malformed body, a `model` the endpoint does not serve (`model_not_served`, `param: "model"`), or a malformed `X-Berth-Hold-Timeout` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6674,7 +8269,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Building, or still waking after the hold */
+            /** @description Building, or waking: not held (`X-Berth-Hold`), still waking after the hold, or `scaling.maxHeldRequests` calls held already; Retry-After says when to retry */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -6711,7 +8306,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Malformed body, or a `model` the endpoint does not serve (`model_not_served`, `param: "model"`) */
+            /** @description Malformed body, a `model` the endpoint does not serve (`model_not_served`, `param: "model"`), or a malformed `X-Berth-Hold-Timeout` */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -6813,7 +8408,7 @@ export interface operations {
                     };
                 };
             };
-            /** @description Building, or still waking after the hold */
+            /** @description Building, or waking: not held (`X-Berth-Hold`), still waking after the hold, or `scaling.maxHeldRequests` calls held already; Retry-After says when to retry */
             503: {
                 headers: {
                     [name: string]: unknown;

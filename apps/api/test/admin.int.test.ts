@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApi, type TestApi } from '@berth/test/support/api';
+import { ADMIN_TOKEN, startTestApi, type TestApi } from '@berth/test/support/api';
 import { sql } from '@berth/test/support/postgres';
 
 let api: TestApi;
@@ -65,9 +65,9 @@ describe('POST /admin/accounts/{id}/keys', () => {
     }
     const pinned = await api.admin(`/admin/accounts/${account.id}/keys`, {
       method: 'POST',
-      body: JSON.stringify({ name: 'pinned', scope: 'inference', pinnedModel: 'llama-3.1-8b-instruct' }),
+      body: JSON.stringify({ name: 'pinned', scope: 'inference', pinnedModel: 'auto' }),
     });
-    expect(await pinned.json()).toMatchObject({ pinnedModel: 'llama-3.1-8b-instruct' });
+    expect(await pinned.json()).toMatchObject({ pinnedModel: 'auto' });
   });
 
   it('404 for an unknown account, and nothing is written', async () => {
@@ -167,5 +167,46 @@ describe('admin authentication and bad input', () => {
     }
     expect(await count('accounts')).toBe(accounts);
     expect(await count('api_keys')).toBe(keys);
+  });
+});
+
+describe('GET /admin/accounts', () => {
+  const admin = (query: string, token = ADMIN_TOKEN) =>
+    fetch(`${api.url}/admin/accounts${query}`, { headers: { authorization: `Bearer ${token}` } });
+
+  it('pages oldest first and searches by name, case-insensitively', async () => {
+    const tag = `acme-${Date.now()}`;
+    const made: string[] = [];
+    for (const n of [1, 2, 3])
+      made.push((await api.keys.createAccount(`${tag.toUpperCase()} team ${n}`)).account.id);
+    await api.keys.createAccount('someone else');
+
+    const first = await (await admin(`?name=${tag}&limit=2`)).json();
+    expect(first.data.map((a: { id: string }) => a.id)).toEqual(made.slice(0, 2));
+    expect(first.data[0]).toEqual({
+      id: made[0],
+      name: `${tag.toUpperCase()} team 1`,
+      createdAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+    });
+    expect(first).toMatchObject({ hasMore: true, next: made[1] });
+    const second = await (await admin(`?name=${tag}&limit=2&after=${first.next}`)).json();
+    expect(second).toEqual({ data: [expect.objectContaining({ id: made[2] })], hasMore: false, next: null });
+
+    const all = await (await admin('')).json();
+    expect(all.data.length).toBeGreaterThanOrEqual(5);
+  });
+
+  it('refuses bad queries with the parameter named, and a bad admin token', async () => {
+    for (const [q, message] of [
+      ['?limit=0', 'Invalid query: limit: must be between 1 and 100'],
+      ['?limit=x', 'Invalid query: limit: must be a number'],
+      ['?after=acct_nope', 'Invalid query: after: no account acct_nope'],
+    ] as const) {
+      const res = await admin(q);
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toBe(message);
+    }
+    expect((await admin('?bogus=1')).status).toBe(400);
+    expect((await admin('', 'wrong-token-0123456789')).status).toBe(401);
   });
 });

@@ -21,7 +21,6 @@ const start = () =>
   startApi(
     parseConfig({
       PORT: '0',
-      HOST: '127.0.0.1',
       BERTH_DATA_DIR: dataDir,
       BERTH_RUNTIME: 'local',
       ADMIN_TOKEN: ADMIN,

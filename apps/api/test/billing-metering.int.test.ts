@@ -7,7 +7,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { meteringRepository } from '../src/billing/metering-repository.ts';
 import { gpuBilling, type GpuBilling } from '../src/billing/metering.ts';
-import { newId } from '../src/keys/format.ts';
+import { newId } from '../src/platform/ids.ts';
 import { createTestDatabase, type TestDatabase, sql } from '@berth/test/support/postgres';
 
 const logger = pino({ level: 'silent' });

@@ -12,7 +12,7 @@ import {
   reservationBound,
   roundHalfUp,
   signedAmount,
-} from '../src/billing/money.ts';
+} from '../src/platform/money.ts';
 import { leaseGrant, leaseWant } from '../src/billing/lease-policy.ts';
 
 describe('parseAmount: decimal strings to micro-units', () => {

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { errorBody, ApiError, familyOf } from '../src/errors.ts';
+import { errorBody, ApiError, familyOf } from '../src/platform/errors.ts';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { sql } from '@berth/test/support/postgres';
 
@@ -481,7 +481,7 @@ describe('who may see billing', () => {
     await fetch(`${api.url}/api/keys/${globalKey.id}`, { method: 'DELETE', headers: bearer(acct.global) });
     const res = await get('/api/billing/balance', acct.global);
     expect(res.status).toBe(401);
-    expect(await res.json()).toEqual({ error: 'Invalid API key', code: 'invalid_api_key' });
+    expect(await res.json()).toEqual({ error: 'Invalid API key', code: 'api_key_revoked' });
   });
 
   it('each account sees only its own balance and ledger', async () => {

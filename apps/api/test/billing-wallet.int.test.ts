@@ -1,7 +1,6 @@
 // The hot path on real PostgreSQL: reservations against leases, batched charges, free queries,
 // several replicas (wallets with their own connections), and a second replica in its own process.
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -9,13 +8,14 @@ import { openDatabase, openMigratedDatabase, type Database } from '@berth/db';
 import type pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { callCost, parsePricing } from '../src/billing/money.ts';
+import { callCost, parsePricing } from '../src/platform/money.ts';
 import { postgresBillingEvents, type BillingEvents } from '../src/billing/notifications.ts';
 import { billingRepository, type BillingRepository } from '../src/billing/repository.ts';
 import { createWallet, type Wallet, type WalletConfig } from '../src/billing/wallet.ts';
 import { createTestDatabase, type TestDatabase, sql } from '@berth/test/support/postgres';
 import { eventually } from '@berth/test/support/eventually';
 import { runSpenders, TEST_WALLET_CONFIG, type SpendResult } from '@berth/test/support/billing-spender';
+import { billingAccount } from '@berth/test/support/billing-replica';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const logger = pino({ level: 'silent' });
@@ -39,21 +39,7 @@ afterAll(async () => {
 const query = <T extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>
   sql<T>(tdb.url, text, values);
 
-async function newAccount(credit?: bigint): Promise<string> {
-  const id = `acct_${randomBytes(8).toString('hex')}`;
-  await query('INSERT INTO accounts (id, name) VALUES ($1, $2)', [id, 'wallet test']);
-  if (credit !== undefined) {
-    const r = await repo.post({
-      accountId: id,
-      kind: 'credit',
-      amount: credit,
-      idempotencyKey: `request:${id}`,
-      reference: null,
-    });
-    expect(r.status).toBe('created');
-  }
-  return id;
-}
+const newAccount = (credit?: bigint) => billingAccount(tdb.url, repo, credit);
 
 /** A replica: its own connections, notification listener and wallet. */
 async function replica(
@@ -240,6 +226,35 @@ describe('reservations against a lease', () => {
     });
     await w.close();
   });
+
+  it('a credit posted through this replica is seen by its next reservation, without waiting for its NOTIFY', async () => {
+    // The admin credit route tells its own wallet (balanceGrew) before answering 201; the NOTIFY it
+    // also sends may arrive later under load — here it never does.
+    const id = await newAccount();
+    const silent: BillingEvents = { onMessage: () => {}, onReset: () => {}, close: async () => {} };
+    // A clock that stands still: the 402 found a moment ago stays trusted however slow this machine is.
+    const w = createWallet({
+      repo,
+      events: silent,
+      logger,
+      config: TEST_WALLET_CONFIG,
+      monotonic: () => 1e6,
+    });
+    cleanup.push(() => w.close());
+    expect((await w.reserve({ accountId: id, amount: 1_000n })).ok).toBe(false);
+    await repo.post({
+      accountId: id,
+      kind: 'credit',
+      amount: 5_000n,
+      idempotencyKey: `request:local-${id}`,
+      reference: null,
+    });
+    // Without the word, the 402 found a moment ago is trusted from memory.
+    expect((await w.reserve({ accountId: id, amount: 1_000n })).ok).toBe(false);
+    w.balanceGrew(id);
+    expect((await w.reserve({ accountId: id, amount: 1_000n })).ok).toBe(true);
+    await w.close();
+  });
 });
 
 describe('two replicas, one small balance', () => {
@@ -399,7 +414,8 @@ describe('a second replica in its own process', () => {
     expect(await new Promise((r) => lines.once('line', r))).toBe('holding');
     child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
-    const here = await replica({ reclaimWaitMs: 200 });
+    // settleWaitMs 0: refused at once rather than waiting for the dead lease (counted as held).
+    const here = await replica({ reclaimWaitMs: 200, settleWaitMs: 0 });
     // The dead replica holds all but what leaseGrant left free; it cannot answer a reclaim.
     const { leased } = await account(id);
     expect(leased).toBeGreaterThan(10_000n);

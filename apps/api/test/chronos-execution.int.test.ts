@@ -71,14 +71,18 @@ async function newChronosAccount(amount?: string): Promise<Account> {
   return a;
 }
 
-/** Moves a run's pending fire to now: pg-boss hands it out on its next poll (a controllable clock). */
-async function fireNow(runId: string): Promise<void> {
-  const rows = await sql(
+/**
+ * Moves a run's pending fire to now (the run's row is its pending fire): the API's next 5 s look
+ * finds it due. Returns the occurrence the execution is recorded for.
+ */
+async function fireNow(runId: string): Promise<string> {
+  const rows = await sql<{ next_fire_at: Date }>(
     api.db.url,
-    `UPDATE pgboss.job SET start_after = now() WHERE name = 'chronos-fire' AND data->>'runId' = $1 AND state = 'created' RETURNING id`,
+    `UPDATE chronos_runs SET next_fire_at = date_trunc('second', now()) WHERE id = $1 RETURNING next_fire_at`,
     [runId],
   );
   expect(rows).toHaveLength(1);
+  return rows[0]!.next_fire_at.toISOString();
 }
 
 beforeAll(async () => {
@@ -90,17 +94,12 @@ beforeAll(async () => {
     BILLING_FLUSH_INTERVAL_MS: '200',
     BERTH_SECRETS_KEY: 'cd'.repeat(32),
     CHRONOS_RUN_FEE: '0.010',
-    CHRONOS_POLL_SECONDS: '0.5',
   });
-  const put = await api.admin('/admin/models/main', {
-    method: 'PUT',
-    body: JSON.stringify({
-      kind: 'chat',
-      backends: [{ baseUrl: engine.url + '/v1', model: 'org/primary' }],
-      pricing: { inputPerMTok: '1.00', outputPerMTok: '2.00' },
-    }),
-  });
-  expect(put.status).toBe(201);
+  await api.chatModel(
+    'main',
+    { engineUrl: engine.url, model: 'org/primary' },
+    { inputPerMTok: '1.00', outputPerMTok: '2.00' },
+  );
   const tool = await api.admin('/admin/tools/weather', {
     method: 'PUT',
     body: JSON.stringify({ description: 'test tools', url: mcp.url, price_per_call: '0.002' }),
@@ -193,20 +192,23 @@ describe('balance', () => {
     });
     expect(created.status).toBe(201);
     const run = await created.json();
-    await fireNow(run.id);
+    const at = await fireNow(run.id);
     const [e] = await finished(poor.global, run.id);
+    expect(new Date(e!.scheduled_for!).toISOString()).toBe(at);
     expect(e).toMatchObject({
       trigger: 'schedule',
-      scheduled_for: run.next_fire_at,
       status: 'failed',
       reason:
         'Insufficient balance / payment required: the balance cannot cover the run fee and the first step',
       cost: '0.000000',
       steps: [],
     });
-    // The schedule goes on: the next fire is queued for the occurrence after.
+    // The schedule goes on: the next fire is the occurrence after.
     const after = await (await call(poor.global, 'GET', `/api/chronos/runs/${run.id}`)).json();
-    expect(new Date(after.next_fire_at).getTime()).toBe(new Date(run.next_fire_at).getTime() + 5 * 60_000);
+    const next = new Date(after.next_fire_at).getTime();
+    expect(next % 300_000).toBe(0);
+    expect(next).toBeGreaterThan(Date.parse(at));
+    expect(next - Date.parse(at)).toBeLessThanOrEqual(300_000 + 10_000); // the fire came within 10 s
     // Nothing was charged.
     expect((await (await call(poor.global, 'GET', '/api/billing/balance')).json()).balance).toBe('0.000000');
   });
@@ -223,11 +225,9 @@ describe('missed fires', () => {
     const run = await created.json();
     // As if the platform had been down for two hours: the pending fire is for an occurrence then.
     const missed = new Date(Math.floor((Date.now() - 2 * 3_600_000) / 300_000) * 300_000).toISOString();
-    await sql(api.db.url, 'UPDATE chronos_runs SET next_fire_at = $2 WHERE id = $1', [run.id, missed]);
     const moved = await sql(
       api.db.url,
-      `UPDATE pgboss.job SET data = jsonb_set(data, '{at}', to_jsonb($2::text)), start_after = now()
-        WHERE name = 'chronos-fire' AND data->>'runId' = $1 AND state = 'created' RETURNING id`,
+      'UPDATE chronos_runs SET next_fire_at = $2 WHERE id = $1 RETURNING id',
       [run.id, missed],
     );
     expect(moved).toHaveLength(1);
@@ -267,5 +267,116 @@ describe('a failing step', () => {
     expect(e!.reason).toMatch(/^Step 0 \(tool\) failed: .*the fail tool failed on purpose/);
     expect(e!.steps).toHaveLength(1);
     expect(e!.steps[0]).toMatchObject({ status: 'failed', output: null });
+  });
+});
+
+describe('a chat step in a process that has answered ordinary calls', () => {
+  it('runs on a manual trigger and on a scheduled fire after a non-streamed chat completion', async () => {
+    // The process's first answers: a non-streamed Elastic call (and a streamed one), as a user's
+    // day starts; Chronos's steps must not depend on what those left behind.
+    const plain = await call(acct.inference, 'POST', '/api/chat/completions', {
+      model: 'main',
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 4,
+    });
+    expect(plain.status).toBe(200);
+    await plain.json();
+    const streamed = await call(acct.inference, 'POST', '/api/chat/completions', {
+      model: 'main',
+      messages: [{ role: 'user', content: 'hello' }],
+      max_tokens: 4,
+      stream: true,
+    });
+    expect(streamed.status).toBe(200);
+    await streamed.text();
+
+    const created = await call(acct.global, 'POST', '/api/chronos/runs', {
+      name: 'after-ordinary-calls',
+      schedule: '*/5 * * * *',
+      timezone: 'UTC',
+      steps: [{ type: 'chat', model: 'main', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }],
+    });
+    expect(created.status).toBe(201);
+    const run = await created.json();
+    expect((await call(acct.global, 'POST', `/api/chronos/runs/${run.id}/trigger`)).status).toBe(202);
+    await fireNow(run.id);
+    const list = await finished(acct.global, run.id, 2);
+    expect(list.map((e) => e.trigger).sort()).toEqual(['manual', 'schedule']);
+    for (const e of list) {
+      expect(e.status, e.reason ?? '').toBe('succeeded');
+      expect(e.steps[0]).toMatchObject({ status: 'succeeded', model: 'main', error: null });
+      // The step's cost is what the wallet settled: the usage row holds the same amount.
+      expect(BigInt(e.steps[0]!.cost.replace('.', ''))).toBeGreaterThan(0n);
+    }
+  });
+});
+
+describe('the run fee', () => {
+  it('is not charged when the execution failed on Berth’s side before any step reached a model', async () => {
+    // A catalog model whose only backend is down: no engine ever sees the step.
+    const put = await api.admin('/admin/models/down', {
+      method: 'PUT',
+      body: JSON.stringify({
+        kind: 'chat',
+        backends: [{ baseUrl: 'http://127.0.0.1:9/v1', model: 'org/down' }],
+        pricing: { inputPerMTok: '1.00', outputPerMTok: '2.00' },
+      }),
+    });
+    expect(put.status).toBe(201);
+    const owner = await newChronosAccount('1.00');
+    const created = await call(owner.global, 'POST', '/api/chronos/runs', {
+      name: 'down',
+      schedule: '@daily',
+      timezone: 'UTC',
+      steps: [{ type: 'chat', model: 'down', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }],
+    });
+    const run = await created.json();
+    expect((await call(owner.global, 'POST', `/api/chronos/runs/${run.id}/trigger`)).status).toBe(202);
+    const [e] = await finished(owner.global, run.id);
+    expect(e).toMatchObject({ status: 'failed', cost: '0.000000', fee: '0.000000' });
+    expect(e!.reason).toMatch(
+      /^Step 0 \(chat\) failed: .* \(no step reached a model or tool, so the run fee was not charged\)$/,
+    );
+    await api.billing.wallet.flush();
+    expect((await (await call(owner.global, 'GET', '/api/billing/balance')).json()).balance).toBe('1.000000');
+  });
+
+  it('is charged once a step reached a model, and the execution shows it', async () => {
+    const owner = await newChronosAccount('1.00');
+    const created = await call(owner.global, 'POST', '/api/chronos/runs', {
+      name: 'up',
+      schedule: '@daily',
+      timezone: 'UTC',
+      steps: [{ type: 'chat', model: 'main', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }],
+    });
+    const run = await created.json();
+    expect((await call(owner.global, 'POST', `/api/chronos/runs/${run.id}/trigger`)).status).toBe(202);
+    const [e] = await finished(owner.global, run.id);
+    expect(e).toMatchObject({ status: 'succeeded', fee: '0.010000' });
+  });
+});
+
+describe('manual triggers at once', () => {
+  it('accept only what the balance can start, and every accepted execution starts', async () => {
+    // Each admission holds the fee (0.010) and the first step's bound: 0.05 covers four.
+    const owner = await newChronosAccount('0.05');
+    const created = await call(owner.global, 'POST', '/api/chronos/runs', {
+      name: 'burst',
+      schedule: '@daily',
+      timezone: 'UTC',
+      steps: [{ type: 'chat', model: 'main', messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 }],
+    });
+    const run = await created.json();
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => call(owner.global, 'POST', `/api/chronos/runs/${run.id}/trigger`)),
+    );
+    const accepted = answers.filter((r) => r.status === 202).length;
+    const refused = answers.filter((r) => r.status === 402).length;
+    expect(accepted + refused).toBe(20);
+    expect(accepted).toBeGreaterThanOrEqual(1);
+    expect(accepted).toBeLessThanOrEqual(4);
+    const list = await finished(owner.global, run.id, accepted);
+    expect(list).toHaveLength(accepted);
+    for (const e of list) expect(e.status, e.reason ?? '').toBe('succeeded');
   });
 });

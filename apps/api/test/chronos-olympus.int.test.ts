@@ -85,7 +85,6 @@ beforeAll(async () => {
   api = await startTestApi({
     BILLING_FLUSH_INTERVAL_MS: '200',
     CHRONOS_RUN_FEE: '0.010',
-    CHRONOS_POLL_SECONDS: '0.5',
     OLYMPUS_ROUTE_TIMEOUT_MS: '2000',
   });
   const chat: [string, Sim, string, number][] = [
@@ -180,11 +179,11 @@ async function createRun(key: string, steps: object[]): Promise<{ id: string }> 
   return r.json();
 }
 
-/** Moves a run's pending fire to now: pg-boss hands it out on its next poll (a scheduled execution). */
+/** Moves a run's pending fire to now (its row is its pending fire): the next 5 s look fires it. */
 async function fireNow(runId: string): Promise<void> {
   const rows = await sql(
     api.db.url,
-    `UPDATE pgboss.job SET start_after = now() WHERE name = 'chronos-fire' AND data->>'runId' = $1 AND state = 'created' RETURNING id`,
+    `UPDATE chronos_runs SET next_fire_at = date_trunc('second', now()) WHERE id = $1 RETURNING id`,
     [runId],
   );
   expect(rows).toHaveLength(1);
@@ -304,7 +303,7 @@ describe('Chronos steps on auto choose as a live Olympus request', () => {
     expect(await embeddingCalls()).toBe(embeddings + 1);
   });
 
-  it('a policy that allows no model that fits fails the step with Olympus’s message; only the run fee is charged', async () => {
+  it('a policy that allows no model that fits fails the step with Olympus’s message; nothing is charged', async () => {
     const acct = await account({ allowed_models: ['tiny'] });
     const run = await createRun(acct.inference, [
       chatStep('Summarize the news of the day', 64),
@@ -317,15 +316,17 @@ describe('Chronos steps on auto choose as a live Olympus request', () => {
       /^Olympus found no catalog model for this request: it needs a chat model with a context of at least \d+ tokens, among the policy's allowed_models \(tiny\)$/;
     expect(e.status).toBe('failed');
     expect(e.reason).toMatch(/^Step 0 \(chat\) failed: Olympus found no catalog model/);
-    expect(e.reason!.slice('Step 0 (chat) failed: '.length)).toMatch(message);
+    const notCharged = ' (no step reached a model or tool, so the run fee was not charged)';
+    expect(e.reason!.endsWith(notCharged)).toBe(true);
+    expect(e.reason!.slice('Step 0 (chat) failed: '.length, -notCharged.length)).toMatch(message);
     expect(e.steps).toHaveLength(1);
     expect(e.steps[0]).toMatchObject({ status: 'failed', output: null, cost: '0.000000' });
     expect(e.steps[0]!.error).toMatch(message);
     expect(e.steps[0]).not.toHaveProperty('model');
     expect(e.steps[0]).not.toHaveProperty('olympus');
-    // The existing rule: the run fee once a step ran, whatever its outcome; nothing else.
-    expect(e.cost).toBe('0.010000');
-    expect(await charged(acct.global, before, FEE)).toEqual({ chronos: '0.010000' });
+    // The run fee only once a step reached a model or tool: no model was called, nothing is charged.
+    expect(e.cost).toBe('0.000000');
+    expect(await charged(acct.global, before, 0n)).toEqual({});
   });
 
   it('Olympus turned off for the account after the run was saved: the step fails with olympus_not_enabled’s message', async () => {
@@ -343,7 +344,7 @@ describe('Chronos steps on auto choose as a live Olympus request', () => {
       cost: '0.000000',
     });
     expect(e.steps[0]).not.toHaveProperty('olympus');
-    expect(e.cost).toBe('0.010000');
+    expect(e.cost).toBe('0.000000'); // no model was called: no run fee
     // Refused before any route was matched.
     expect(await embeddingCalls()).toBe(embeddings);
   });

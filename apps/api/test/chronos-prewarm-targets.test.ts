@@ -10,8 +10,8 @@ import { prewarmTargets } from '../src/chronos/prewarm.ts';
 import type { Step } from '../src/chronos/steps.ts';
 import type { CatalogModel } from '../src/elastic/entry.ts';
 import { routeMatcher } from '../src/olympus/routing.ts';
-import type { OlympusPolicyRecord } from '../src/repositories/olympus.ts';
-import type { ToolRecord } from '../src/repositories/tools.ts';
+import type { OlympusPolicyRecord } from '../src/olympus/repository.ts';
+import type { ToolRecord } from '../src/tools/repository.ts';
 
 const chat = (name: string, price: bigint, backend: { endpoint: string } | { baseUrl: string }) =>
   ({

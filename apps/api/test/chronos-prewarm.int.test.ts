@@ -1,7 +1,10 @@
 // Chronos pre-warm in local mode on real PostgreSQL: a catalog model served by a platform endpoint
 // (an engine-simulator process run by local mode's runtime) that has hibernated is woken
-// CHRONOS_PREWARM_SECONDS before a run's scheduled fire, through the proxy's wake path, once, without
-// charging anything; at the due minute the run's first step finds it up (no second wake, no wait).
+// CHRONOS_PREWARM_SECONDS (45) before a run's scheduled fire, through the proxy's wake path, once,
+// without charging anything, and — its idle timeout (15 s) being shorter than the lead — kept awake
+// until the fire; at the due minute the run's first step finds it up (no second wake, no wait).
+// Before, a pre-warm whose endpoint had an idle timeout shorter than the lead came back at half the
+// idle timeout before the fire instead: the pool was woken 7.5 s ahead, not 45.
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +14,7 @@ import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { eventually } from '@berth/test/support/eventually';
 import { sql } from '@berth/test/support/postgres';
 
-const PREWARM_SECONDS = 10;
+const PREWARM_SECONDS = 45;
 /** The engine's start-up: every wake takes at least this long. */
 const STARTUP_MS = 2_000;
 let dataDir: string;
@@ -53,7 +56,6 @@ beforeAll(async () => {
     BERTH_DATA_DIR: dataDir,
     BERTH_LOCAL_ENGINE_ARGS: `--ttft-ms 0 --itl-ms 1 --output-tokens 4 --startup-delay-ms ${STARTUP_MS}`,
     BILLING_FLUSH_INTERVAL_MS: '200',
-    CHRONOS_POLL_SECONDS: '0.5',
     CHRONOS_PREWARM_SECONDS: String(PREWARM_SECONDS),
   });
   platform = await api.newAccount();
@@ -138,23 +140,25 @@ describe('Chronos pre-warm', () => {
         description: 'pool woken before the fire',
       },
     );
-    expect(upAt).toBeLessThan(due.getTime());
+    const lead = (due.getTime() - upAt) / 1000;
+    console.error(`chronos pre-warm: the pool was up ${lead.toFixed(1)} s before the fire`);
+    // Woken at the lead (the engine takes STARTUP_MS to start), not later.
     expect(upAt).toBeGreaterThan(due.getTime() - PREWARM_SECONDS * 1000);
+    expect(upAt).toBeLessThan(due.getTime() - PREWARM_SECONDS * 1000 + STARTUP_MS + 4_000);
     // One wake, through the proxy's wake path (its metrics), recorded as a pre-warm; nothing charged,
     // nothing executed yet.
     expect(await wakeRequests()).toBe(wakesBefore + 1);
     expect(await metric('berth_chronos_prewarm_wakes_total')).toBe(1);
     expect(await balance()).toBe(credited);
-    const jobs = await sql<{ state: string }>(
-      api.db.url,
-      `SELECT state FROM pgboss.job WHERE name = 'chronos-prewarm' AND data->>'runId' = $1`,
-      [run.id],
-    );
-    expect(jobs.map((j) => j.state)).toEqual(['completed']);
     const early = (await (
       await fetch(`${api.url}/api/chronos/runs/${run.id}/executions`, { headers: bearer(user.global) })
     ).json()) as { data: unknown[] };
     expect(early.data).toEqual([]);
+    // Three idle timeouts until the fire: it stays up all along (activity reported until then).
+    while (Date.now() < due.getTime() - 500) {
+      expect(await phase(pool)).toBe('up');
+      await new Promise((r) => setTimeout(r, 500));
+    }
 
     // The fire, at the due minute: the step runs on the endpoint that is already up.
     const execution = await eventually(
@@ -183,5 +187,12 @@ describe('Chronos pre-warm', () => {
     const stepMs = new Date(step.ended_at).getTime() - new Date(step.started_at).getTime();
     expect(stepMs).toBeLessThan(STARTUP_MS);
     expect(await metric('berth_chronos_prewarm_wakes_total')).toBe(1);
-  }, 240_000);
+    // The next fire (a year on) has its pre-warm pending, due the lead before it.
+    const [row] = await sql<{ next_fire_at: Date; prewarm_at: Date }>(
+      api.db.url,
+      'SELECT next_fire_at, prewarm_at FROM chronos_runs WHERE id = $1',
+      [run.id],
+    );
+    expect(row!.next_fire_at.getTime() - row!.prewarm_at.getTime()).toBe(PREWARM_SECONDS * 1000);
+  }, 300_000);
 });

@@ -54,8 +54,6 @@ beforeAll(async () => {
   const env = {
     DATABASE_URL: db.url,
     ADMIN_TOKEN: ADMIN,
-    CHRONOS_POLL_SECONDS: '0.5',
-    JOBS_MONITOR_INTERVAL_SECONDS: '2',
     BILLING_FLUSH_INTERVAL_MS: '200',
   };
   // One after the other: the first installs pg-boss's schema.
@@ -154,10 +152,11 @@ describe('two API processes', () => {
       expect(r.attempts).toBe(1);
     }
     expect((await engineRequests()) - enginesBefore).toBe(50);
-    // Each run's next fire is a year on, queued once.
+    // Each run's next fire is a year on.
     const next = await sql<{ n: number }>(
       db.url,
-      `SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'chronos-fire' AND state = 'created'`,
+      `SELECT count(*)::int AS n FROM chronos_runs WHERE next_fire_at > $1`,
+      [new Date(due.getTime() + 300 * 86_400_000)],
     );
     expect(next[0]!.n).toBe(50);
 
@@ -200,21 +199,36 @@ describe('two API processes', () => {
     const victim = [a, b].find((p) => p.child.pid === pid)!;
     const survivor = victim === a ? b : a;
     expect(victim).toBeDefined();
+    const killedAt = Date.now();
     victim.child.kill('SIGKILL');
 
-    // The survivor is handed the job when the dead one's heartbeat lapses, and ends it failed.
+    // The survivor is handed the job when the dead one's heartbeat lapses, and ends it failed: within
+    // about 15 s (the 10 s heartbeat, refreshed every 5 s, and a look every 5 s), pg-boss's monitor
+    // left at its default (JOBS_MONITOR_INTERVAL_SECONDS 30, which alone took 37–40 s).
     const ended = await eventually(
       async () => {
         const list = (await (
           await call(survivor, 'GET', `/api/chronos/runs/${run.id}/executions`)
         ).json()) as {
-          data: { id: string; status: string; reason: string | null; attempts: number }[];
+          data: {
+            id: string;
+            status: string;
+            reason: string | null;
+            attempts: number;
+            ended_at: string | null;
+          }[];
         };
         const e = list.data.find((x) => x.id === execution.id);
         return e?.status === 'failed' && e;
       },
-      { timeout: 90_000, interval: 500 },
+      { timeout: 90_000, interval: 250 },
     );
+    const noticedMs = new Date(ended.ended_at!).getTime() - killedAt;
+    console.error(
+      `chronos: a replica killed mid-run: its execution marked Interrupted ${noticedMs} ms later`,
+    );
+    expect(noticedMs).toBeGreaterThan(4_000); // a heartbeat is 10 s, refreshed every 5 s
+    expect(noticedMs).toBeLessThan(17_000);
     expect(ended.reason).toBe(
       `Interrupted: the API process running this execution (${running.worker}) stopped during step 0; Chronos does not run steps twice, so it was not resumed`,
     );

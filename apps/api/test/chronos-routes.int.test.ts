@@ -125,6 +125,18 @@ describe('validation_error names the field, and nothing is created', () => {
       'Invalid request body: schedule: hour "25" is outside 0-23',
     ],
     [
+      'a 10 KB schedule',
+      { ...run, schedule: `${'1,'.repeat(5_000)}1 * * * *` },
+      'schedule',
+      'Invalid request body: schedule: must be at most 100 characters',
+    ],
+    [
+      'a schedule over two lines',
+      { ...run, schedule: '0 3\n* * *' },
+      'schedule',
+      'Invalid request body: schedule: must be on one line, without control characters',
+    ],
+    [
       'an offset for a timezone',
       { ...run, timezone: '+01:00' },
       'timezone',
@@ -163,7 +175,54 @@ describe('validation_error names the field, and nothing is created', () => {
         ],
       },
       'steps.0.messages.0.content',
-      'Invalid request body: steps.0.messages.0.content: refers to {{steps.0.output}}; a step can only use the outputs of the steps before it ({{steps.0.output}} … {{steps.0.output}})',
+      'Invalid request body: steps.0.messages.0.content: refers to {{steps.0.output}}; a step can only use the outputs of the steps before it (the first step has no step before it)',
+    ],
+    [
+      'a step using a later one’s output',
+      {
+        ...run,
+        steps: [
+          run.steps[0],
+          {
+            type: 'chat',
+            model: 'main',
+            messages: [{ role: 'user', content: 'x {{steps.2.output}}' }],
+            max_tokens: 5,
+          },
+        ],
+      },
+      'steps.1.messages.0.content',
+      'Invalid request body: steps.1.messages.0.content: refers to {{steps.2.output}}; a step can only use the outputs of the steps before it (step 1 can use {{steps.0.output}} only)',
+    ],
+    [
+      'every missing field at once, in order',
+      { steps: [] },
+      'name',
+      'Invalid request body: name: is required; schedule: is required; timezone: is required; steps: must have at least one step',
+    ],
+    [
+      'every bad step at once',
+      {
+        ...run,
+        steps: [
+          { type: 'chat', model: 'main', messages: [], max_tokens: 0 },
+          { type: 'tool', tool_id: 'Bad Id', input: {} },
+        ],
+      },
+      'steps.0.messages',
+      'Invalid request body: steps.0.messages: must have at least one message; steps.0.max_tokens: must be at least 1; steps.1.tool_id: must be a managed tool id (GET /api/tools)',
+    ],
+    [
+      'every step naming something missing, at once',
+      {
+        ...run,
+        steps: [
+          { ...run.steps[0], model: 'nope' },
+          { type: 'tool', tool_id: 'nope', input: {} },
+        ],
+      },
+      'steps.0.model',
+      'Invalid request body: steps.0.model: no catalog model "nope" (GET /api/models lists them; or "auto", "olympus", "olympus-auto"); steps.1.tool_id: Unknown tool "nope" (GET /api/tools lists the catalog)',
     ],
     [
       'a model not in the catalog',
@@ -217,19 +276,25 @@ describe('the routes', () => {
     const first = new Date(body.next_fire_at).getTime();
     expect(first).toBeGreaterThan(before);
     expect(first - before).toBeLessThanOrEqual(86_400_000 + 3_600_000);
-    // Its first fire is queued in pg-boss, due then.
-    const [job] = await sql(
+    // Its first fire is pending in its row, due then.
+    const [row] = await sql<{ next_fire_at: Date }>(
       api.db.url,
-      `SELECT start_after FROM pgboss.job WHERE name = 'chronos-fire' AND data->>'runId' = $1`,
+      'SELECT next_fire_at FROM chronos_runs WHERE id = $1',
       [id],
     );
-    expect(new Date(job!.start_after as string).getTime()).toBe(first);
+    expect(row!.next_fire_at.getTime()).toBe(first);
   });
 
   it('lists (global key) and gets it', async () => {
     const list = await call(owner.global, 'GET', '/api/chronos/runs');
     expect(list.status).toBe(200);
-    expect((await list.json()).data.map((r: { id: string }) => r.id)).toEqual([id]);
+    expect(await list.json()).toMatchObject({
+      object: 'list',
+      data: [{ id }],
+      has_more: false,
+      first_id: id,
+      last_id: id,
+    });
     const one = await call(owner.inference, 'GET', `/api/chronos/runs/${id}`);
     expect(one.status).toBe(200);
     expect((await one.json()).name).toBe('nightly-digest');

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseConfig } from '../src/config.ts';
+import { ConfigError, parseConfig } from '../src/platform/config.ts';
 
 describe('configuration', () => {
   it('has defaults that run on a laptop with nothing set', () => {

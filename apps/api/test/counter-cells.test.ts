@@ -2,7 +2,7 @@
 // exactly what direct prom-client calls would have.
 import { Counter, Histogram, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { CounterCells, HistogramCells } from '../src/metrics.ts';
+import { CounterCells, HistogramCells } from '../src/platform/metrics.ts';
 
 function pair() {
   const direct = new Registry();

@@ -14,8 +14,8 @@ import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { eventually } from '@berth/test/support/eventually';
 import { createTestDatabase, sql, type TestDatabase } from '@berth/test/support/postgres';
 import { tcpProxy, throughProxy, type TcpProxy } from '@berth/test/support/tcp-proxy';
-import { importSpooledUsage, usageRecorder } from '../src/proxy/usage.ts';
-import { usageRepository } from '../src/repositories/usage.ts';
+import { importSpooledUsage, usageRecorder } from '../src/dedicated/proxy/usage.ts';
+import { usageRepository } from '../src/dedicated/proxy/usage-repository.ts';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 const UNAVAILABLE = { error: 'Service temporarily unavailable', code: 'service_unavailable' };

@@ -5,6 +5,7 @@
 // with a trailing slash (Express's non-strict matching gives it to the registered route; the fast
 // path leaves it alone, as the dispatch test below shows). Status, error body and the headers a
 // client reads must be the same. Real keys on PostgreSQL, a real engine simulator.
+import { randomBytes } from 'node:crypto';
 import { connect, type AddressInfo } from 'node:net';
 import { createServer, type Server } from 'node:http';
 import express from 'express';
@@ -13,19 +14,23 @@ import { startEngineSim } from '@berth/engine-sim';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CATALOG } from '@berth/crds';
-import { createApp, requestListener } from '../src/app.ts';
+import { createApp } from '../src/app.ts';
+import { parseConfig } from '../src/platform/config.ts';
+import { requestListener } from '../src/http/fast-entry.ts';
 import { errorHandler } from '../src/http/middleware.ts';
-import { keyHasher } from '../src/keys/format.ts';
-import { localRevocationBus } from '../src/keys/revocation-bus.ts';
-import { keyService, type KeyService } from '../src/keys/service.ts';
-import { createMetrics, type ApiMetrics } from '../src/metrics.ts';
-import { proxyAgent } from '../src/proxy/agent.ts';
-import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
-import { usageRecorder } from '../src/proxy/usage.ts';
-import { healthRepository, keyRepository } from '../src/repositories/keys.ts';
-import { usageRepository } from '../src/repositories/usage.ts';
-import { dedicatedFastPath, type DedicatedDeps } from '../src/routes/dedicated.ts';
-import { platformUpstream, type PlatformUpstream } from '../src/upstream/platform.ts';
+import { keyHasher } from '../src/accounts/keys/format.ts';
+import { localRevocationBus } from '../src/accounts/keys/revocation-bus.ts';
+import { keyService, type KeyService } from '../src/accounts/keys/service.ts';
+import { createMetrics, type ApiMetrics } from '../src/platform/metrics.ts';
+import { proxyAgent } from '../src/dedicated/proxy/agent.ts';
+import { memoryRateLimiter } from '../src/dedicated/proxy/ratelimit.ts';
+import { usageRecorder } from '../src/dedicated/proxy/usage.ts';
+import { keyRepository } from '../src/accounts/keys/repository.ts';
+import { healthRepository } from '../src/platform/health-repository.ts';
+import { usageRepository } from '../src/dedicated/proxy/usage-repository.ts';
+import { type DedicatedDeps } from '../src/dedicated/call.ts';
+import { dedicatedFastPath } from '../src/inference/fast-path.ts';
+import { platformUpstream, type PlatformUpstream } from '../src/dedicated/upstream/endpoint-upstream.ts';
 import {
   BENCH_ENDPOINT_ID as ID,
   memoryRuntime,
@@ -71,7 +76,7 @@ beforeAll(async () => {
     limiter: memoryRateLimiter(),
   };
   const app = createApp({
-    config: { MAX_BODY_BYTES, PROXY_RETRIES: 0 },
+    config: parseConfig({ MAX_BODY_BYTES: String(MAX_BODY_BYTES), PROXY_RETRIES: '0' }),
     adminToken: 'x'.repeat(20),
     keys,
     health: healthRepository(db.prisma),
@@ -170,7 +175,7 @@ describe('the fast path answers as the registered route does', () => {
       id: ID,
       init: () => post(revoked, JSON.stringify(chat)),
       status: 401,
-      error: { code: 'invalid_api_key', message: 'Invalid API key' },
+      error: { code: 'api_key_revoked', message: 'Invalid API key' },
     },
     {
       what: 'no key',
@@ -372,6 +377,26 @@ describe('dispatch', () => {
         expect([path, init.method, await status(path, init)]).toEqual([path, init.method, 299]);
     } finally {
       app.close();
+    }
+  });
+});
+
+describe('trace headers, tracing off (platform/tracing.ts)', () => {
+  it('a client’s traceparent reaches the engine unchanged, on both paths', async () => {
+    for (const spelling of ['chat/completions', 'chat/completions/']) {
+      const traceparent = `00-${randomBytes(16).toString('hex')}-${randomBytes(8).toString('hex')}-01`;
+      const res = await fetch(`${base}/api/d/${ID}/${spelling}`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${owner}`,
+          'content-type': 'application/json',
+          traceparent,
+          tracestate: 'vendor=opaque',
+        },
+        body: JSON.stringify(chat),
+      });
+      expect(res.status, await res.text()).toBe(200);
+      expect(sim.traceparents.at(-1)).toBe(traceparent);
     }
   });
 });

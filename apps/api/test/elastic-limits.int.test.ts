@@ -15,15 +15,7 @@ let acct: Awaited<ReturnType<TestApi['newAccount']>>;
 beforeAll(async () => {
   sim = await startEngineSim({ model: 'org/slow', ttftMs: 0, itlMs: 50, outputTokens: 200 });
   api = await startTestApi({ REQUEST_TIMEOUT_MS: '1500', BILLING_FLUSH_INTERVAL_MS: '200' });
-  const res = await api.admin('/admin/models/slow', {
-    method: 'PUT',
-    body: JSON.stringify({
-      kind: 'chat',
-      backends: [{ baseUrl: sim.url + '/v1', model: 'org/slow' }],
-      pricing: { inputPerMTok: '1.00', outputPerMTok: '1.00' },
-    }),
-  });
-  expect(res.status).toBe(201);
+  await api.chatModel('slow', { engineUrl: sim.url, model: 'org/slow' });
   acct = await api.newAccount();
   await api.admin(`/admin/accounts/${acct.id}/credits`, {
     method: 'POST',

@@ -46,8 +46,9 @@ beforeAll(async () => {
   });
   platform = await api.newAccount();
   user = await api.newAccount();
-  const created = await fetch(`${api.url}/api/endpoints`, {
-    method: 'POST',
+  // An id of the platform's choosing (PUT): the catalog takes every id the endpoint API does.
+  const created = await fetch(`${api.url}/api/endpoints/endpt-plat-pool`, {
+    method: 'PUT',
     headers: { ...bearer(platform.compute), 'content-type': 'application/json' },
     body: JSON.stringify({
       name: 'pool',
@@ -58,6 +59,7 @@ beforeAll(async () => {
   });
   expect(created.status).toBe(201);
   pool = ((await created.json()) as { id: string }).id;
+  expect(pool).toBe('endpt-plat-pool');
   await eventually(async () => (await phase(pool)) === 'up', { timeout: 60_000, description: 'pool up' });
   const put = await api.admin('/admin/models/pool', {
     method: 'PUT',
@@ -86,7 +88,7 @@ describe('Elastic in local mode, served by a platform endpoint', () => {
       model: 'pool',
       messages: [{ role: 'user', content: 'Hello there' }],
     });
-    expect(r.model).toBe('org/pool'); // the model that answered, as on Kubernetes
+    expect(r.model).toBe('pool'); // the catalog model that answered, never the backend's own name
     expect(r.usage!.completion_tokens).toBe(12);
     reported.requests++;
     reported.prompt += r.usage!.prompt_tokens;
@@ -100,6 +102,7 @@ describe('Elastic in local mode, served by a platform endpoint', () => {
     });
     let text = '';
     for await (const chunk of stream) {
+      expect(chunk.model).toBe('pool');
       text += chunk.choices[0]?.delta.content ?? '';
       if (chunk.usage) {
         reported.requests++;

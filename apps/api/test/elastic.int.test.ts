@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { eventually } from '@berth/test/support/eventually';
 import { sql } from '@berth/test/support/postgres';
+import { usageByModel } from '@berth/test/support/metering';
 
 let api: TestApi;
 let primary: Awaited<ReturnType<typeof startEngineSim>>;
@@ -118,6 +119,7 @@ describe('the catalog admin API', () => {
         'fallbacks',
       ],
       ['x', { kind: 'chat', backends: [{ endpoint: 'endpt-abc' }], pricing }, 'backends.0.endpoint'],
+      ['x', { kind: 'chat', backends: [{ endpoint: 'endpt-Bad_id' }], pricing }, 'backends.0.endpoint'],
       ['auto', { kind: 'chat', backends: [external(spare.url, 'm')], pricing }, 'model name'],
     ];
     for (const [name, body, field] of cases) {
@@ -135,8 +137,42 @@ describe('the catalog admin API', () => {
     expect((await cycle.json()).error).toBe(
       'Invalid catalog entry: fallbacks: fallback cycle spare → main → spare',
     );
+    // Fallbacks that could never answer: refused at write, naming the field.
+    const embedFallback = await put('x', {
+      kind: 'chat',
+      backends: [external(spare.url, 'm')],
+      pricing,
+      fallbacks: ['embed'],
+    });
+    expect(embedFallback.status).toBe(400);
+    expect(await embedFallback.json()).toEqual({
+      error:
+        'Invalid catalog entry: fallbacks.0: embed is an embedding model; a chat model can only fall back to a chat model',
+      code: 'validation_error',
+    });
+    const kindChange = await put('spare', {
+      kind: 'embedding',
+      backends: [external(spare.url, 'org/spare')],
+      pricing,
+    });
+    expect(kindChange.status).toBe(400);
+    expect(await kindChange.json()).toEqual({
+      error:
+        'Invalid catalog entry: kind: main (a chat model) falls back to spare, so spare must stay a chat model; change its fallbacks first',
+      code: 'validation_error',
+    });
     const names = (await (await api.admin('/admin/models')).json()).data.map((m: { name: string }) => m.name);
     expect(names).toEqual(['embed', 'main', 'spare']);
+    expect((await (await api.admin('/admin/models/spare')).json()).kind).toBe('chat');
+    // A completion model may fall back to a chat model (chat models serve text completions too).
+    const completion = await put('cmp', {
+      kind: 'completion',
+      backends: [external(spare.url, 'm')],
+      pricing,
+      fallbacks: ['spare'],
+    });
+    expect(completion.status).toBe(201);
+    expect((await api.admin('/admin/models/cmp', { method: 'DELETE' })).status).toBe(204);
   });
 
   it('another API replica on the same database sees a change within 1 s (NOTIFY berth_catalog)', async () => {
@@ -191,6 +227,8 @@ describe('calling catalog models with the OpenAI SDK', () => {
     expect(r.response.headers.get('x-berth-fallback-from')).toBeNull();
     expect(r.data.choices[0]!.message.content!.length).toBeGreaterThan(0);
     expect(r.data.usage!.completion_tokens).toBe(12);
+    // The answer names the catalog model, as the header does, never the backend's own name.
+    expect(r.data.model).toBe('main');
     const stream = await client.chat.completions.create({
       model: 'main',
       messages: [{ role: 'user', content: 'Hi' }],
@@ -199,6 +237,7 @@ describe('calling catalog models with the OpenAI SDK', () => {
     let text = '';
     for await (const chunk of stream) {
       expect(chunk.usage).toBeUndefined();
+      expect(chunk.model).toBe('main');
       text += chunk.choices[0]?.delta.content ?? '';
     }
     expect(text.length).toBeGreaterThan(0);
@@ -207,11 +246,14 @@ describe('calling catalog models with the OpenAI SDK', () => {
   it('completions, embeddings, responses (stream and not)', async () => {
     const c = await client.completions.create({ model: 'main', prompt: 'Once upon a time', max_tokens: 5 });
     expect(c.usage!.completion_tokens).toBe(5);
+    expect(c.model).toBe('main');
     const e = await client.embeddings.create({ model: 'embed', input: ['a', 'b'] });
     expect(e.data).toHaveLength(2);
     expect(e.data[0]!.embedding.length).toBeGreaterThan(0);
+    expect(e.model).toBe('embed');
     const r = await client.responses.create({ model: 'main', input: 'Hello' });
     expect(r.output_text.length).toBeGreaterThan(0);
+    expect(r.model).toBe('main');
     const events: string[] = [];
     for await (const ev of await client.responses.create({ model: 'main', input: 'Hello', stream: true }))
       events.push(ev.type);
@@ -264,13 +306,13 @@ describe('calling catalog models with the OpenAI SDK', () => {
       .create({ model: 'main', messages: [{ role: 'user', content: 'x' }] })
       .withResponse();
     expect(a.response.headers.get('x-berth-model')).toBe('spare');
-    expect(a.data.model).toBe('org/spare');
+    expect(a.data.model).toBe('spare');
     const unpinned = new OpenAI({ baseURL: api.url + '/api/b', apiKey: acct.inference, maxRetries: 0 });
     const b = await unpinned.chat.completions.create({
       model: 'main',
       messages: [{ role: 'user', content: 'x' }],
     });
-    expect(b.model).toBe('org/primary');
+    expect(b.model).toBe('main');
   });
 });
 
@@ -284,7 +326,10 @@ describe('fallback', () => {
       expect(r.response.headers.get('x-berth-model')).toBe('spare');
       expect(r.response.headers.get('x-berth-fallback-from')).toBe('main');
       let n = 0;
-      for await (const chunk of r.data) if (chunk.choices[0]?.delta.content) n++;
+      for await (const chunk of r.data) {
+        expect(chunk.model).toBe('spare');
+        if (chunk.choices[0]?.delta.content) n++;
+      }
       expect(n).toBe(12);
       // No fallback left: 429 rate_limit_error with retry-after.
       spare.configure({ capacity: 0 });
@@ -324,17 +369,7 @@ describe('billing', () => {
       completion += r.usage!.completion_tokens;
     }
     await api.billing.wallet.flush();
-    const rows = await sql<{
-      model: string;
-      requests: number;
-      prompt: string;
-      completion: string;
-      cost: string;
-    }>(
-      api.db.url,
-      'SELECT model, sum(requests)::int AS requests, sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion, sum(cost) AS cost FROM metered_usage WHERE account_id = $1 GROUP BY model',
-      [other.id],
-    );
+    const rows = await usageByModel(api.db.url, other.id);
     expect(rows).toEqual([
       {
         model: 'spare',
@@ -367,6 +402,13 @@ describe('billing', () => {
         type: 'insufficient_quota',
         code: 'insufficient_balance',
         param: null,
+        balance: {
+          available: '0.000000',
+          held_in_flight: '0.000000',
+          needed: expect.stringMatching(/^0\.\d{6}$/),
+          waited_ms: expect.any(Number),
+          currency: 'USD',
+        },
       },
       message: 'Insufficient balance / payment required',
     });

@@ -84,6 +84,7 @@ describe('endpoint quota (BERTH_QUOTA_ENDPOINTS)', () => {
       keys: { limit: 100, usage: 3 },
       endpoints: { limit: ENDPOINT_QUOTA, usage: 5 },
       gpus: { limit: GPU_QUOTA, usage: 5 },
+      chronos_runs: { limit: 100, usage: 0 },
     });
 
     // A PUT of an endpoint that exists is no creation: still allowed at the quota.

@@ -15,16 +15,18 @@ import { startEngineSim, type EngineSimHandle } from '@berth/engine-sim';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../src/app.ts';
-import { keyHasher } from '../src/keys/format.ts';
-import { localRevocationBus } from '../src/keys/revocation-bus.ts';
-import { keyService, type KeyService } from '../src/keys/service.ts';
-import { createMetrics } from '../src/metrics.ts';
-import { proxyAgent } from '../src/proxy/agent.ts';
-import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
-import { usageRecorder } from '../src/proxy/usage.ts';
-import { healthRepository, keyRepository } from '../src/repositories/keys.ts';
-import { usageRepository } from '../src/repositories/usage.ts';
-import { platformUpstream } from '../src/upstream/platform.ts';
+import { parseConfig } from '../src/platform/config.ts';
+import { keyHasher } from '../src/accounts/keys/format.ts';
+import { localRevocationBus } from '../src/accounts/keys/revocation-bus.ts';
+import { keyService, type KeyService } from '../src/accounts/keys/service.ts';
+import { createMetrics } from '../src/platform/metrics.ts';
+import { proxyAgent } from '../src/dedicated/proxy/agent.ts';
+import { memoryRateLimiter } from '../src/dedicated/proxy/ratelimit.ts';
+import { usageRecorder } from '../src/dedicated/proxy/usage.ts';
+import { keyRepository } from '../src/accounts/keys/repository.ts';
+import { healthRepository } from '../src/platform/health-repository.ts';
+import { usageRepository } from '../src/dedicated/proxy/usage-repository.ts';
+import { platformUpstream } from '../src/dedicated/upstream/endpoint-upstream.ts';
 import {
   BENCH_ENDPOINT_ID as ID,
   memoryRuntime,
@@ -66,7 +68,7 @@ async function apiReplica(sampleMs: number): Promise<ApiReplica> {
   const dispatcher = proxyAgent();
   const usage = usageRecorder(usageRepository(db.prisma), logger, 60_000);
   const app = createApp({
-    config: { MAX_BODY_BYTES: 1 << 20, PROXY_RETRIES: 0 },
+    config: parseConfig({ MAX_BODY_BYTES: String(1 << 20), PROXY_RETRIES: '0' }),
     adminToken: 'x'.repeat(20),
     keys,
     health: healthRepository(db.prisma),

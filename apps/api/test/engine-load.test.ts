@@ -2,7 +2,7 @@
 // beyond this API replica's own calls (other API replicas' traffic), the sampler reads it from real
 // engine simulators' /metrics, stale or failing samples count as nothing, and roundRobin endpoints
 // are never scraped.
-import { API_VERSION, KIND, type DedicatedEndpoint, type RoutingStrategy } from '@berth/crds';
+import { type DedicatedEndpoint, type RoutingStrategy } from '@berth/crds';
 import { startEngineSim, type EngineSimHandle } from '@berth/engine-sim';
 import { pino } from 'pino';
 import { Agent, request } from 'undici';
@@ -13,8 +13,9 @@ import {
   othersFromSample,
   STALE_INTERVALS,
   type SampleOutcome,
-} from '../src/upstream/engine-load.ts';
-import { platformUpstream } from '../src/upstream/platform.ts';
+} from '../src/dedicated/upstream/engine-load.ts';
+import { platformUpstream } from '../src/dedicated/upstream/endpoint-upstream.ts';
+import { endpointObject } from './support/endpoint.ts';
 import {
   hashString,
   leastInFlight,
@@ -22,7 +23,7 @@ import {
   prefixAffinity,
   ReplicaTable,
   type ReplicaSet,
-} from '../src/upstream/replicas.ts';
+} from '../src/dedicated/upstream/replicas.ts';
 
 const logger = pino({ level: 'silent' });
 
@@ -58,20 +59,21 @@ describe('the pickers with engine-reported load', () => {
     const key = hashString('a conversation whose home is busy elsewhere');
     const home = prefixAffinity(set, undefined, key);
     expect(prefixAffinity(set, undefined, key)).toBe(home); // idle: it stays home
-    // another API replica holds 8 calls there: mean (8 + 1) / 4 → bound ceil(1.25 × 2.25) = 3 < 9
+    // another API replica holds 8 calls there: bound max(ceil(1.25 × (8 + 1) / 4), least 0 + 3) = 3 < 9
     home.others = 8;
     const next = prefixAffinity(set, undefined, key);
     expect(next).not.toBe(home);
     // and it is sticky on the next replica of the ring, not scattered
     next.inFlight++;
     expect(prefixAffinity(set, undefined, key)).toBe(next);
-    // a load within the bound does not move it: home 1 from others, 3 in flight elsewhere → bound
-    // ceil(1.25 × 5 / 4) = 2, home's 1 + 1 fits
+    // a load within the bound does not move it: home 2 from others, 3 in flight elsewhere → bound
+    // max(ceil(1.25 × 6 / 4), 0 + 3) = 3, home's 2 + 1 fits
     next.inFlight = 3;
-    home.others = 1;
+    home.others = 2;
     expect(prefixAffinity(set, undefined, key)).toBe(home);
-    // while the same 1 from others with nothing else in flight is already above the bound
+    // 3 from others is more than 2 past the least-loaded replica's 0: above the bound
     next.inFlight = 0;
+    home.others = 3;
     expect(prefixAffinity(set, undefined, key)).not.toBe(home);
   });
 
@@ -259,20 +261,17 @@ describe('the sampler against engine simulators', () => {
   });
 
   it('platformUpstream samples leastLoad and prefixAffinity endpoints, never roundRobin ones', async () => {
-    const endpoint = (id: string, strategy: RoutingStrategy): DedicatedEndpoint => ({
-      apiVersion: API_VERSION,
-      kind: KIND,
-      metadata: { name: id, namespace: 'default', annotations: {} },
-      spec: {
-        account: 'a',
-        model: { id: 'org/m', revision: 'main' },
-        hardware: { gpuType: 'g', gpuCount: 1 },
-        authMode: 'Private',
-        scaling: { minReplicas: 1, maxReplicas: 2, idleTimeoutSeconds: 900 },
-        routing: { strategy },
-      },
-      status: { phase: 'up' },
-    });
+    const endpoint = (id: string, strategy: RoutingStrategy): DedicatedEndpoint =>
+      endpointObject(
+        id,
+        { phase: 'up' },
+        {
+          spec: {
+            scaling: { minReplicas: 1, maxReplicas: 2, idleTimeoutSeconds: 900 },
+            routing: { strategy },
+          },
+        },
+      );
     const addresses = sims.map((s) => s.url);
     const outcomes: SampleOutcome[] = [];
     const up = platformUpstream({

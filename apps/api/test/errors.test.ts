@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ApiError, errorBody, errorFrame, familyOf } from '../src/errors.ts';
+import { ApiError, errorBody, errorFrame, familyOf } from '../src/platform/errors.ts';
 
 describe('error contract', () => {
   it('OpenAI-style routes answer in the dual shape with the same text twice', () => {

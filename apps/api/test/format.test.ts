@@ -5,9 +5,9 @@ import {
   isWellFormedKey,
   keyHasher,
   KEY_LENGTH,
-  randomBase62,
   sameDigest,
-} from '../src/keys/format.ts';
+} from '../src/accounts/keys/format.ts';
+import { randomBase62 } from '../src/platform/ids.ts';
 
 describe('API key values', () => {
   it('are svc_live_ followed by base62, 42 characters in total', () => {

@@ -7,8 +7,8 @@ import express from 'express';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineSim } from '@berth/engine-sim';
-import { ApiError } from '../src/errors.ts';
-import { forward } from '../src/proxy/forward.ts';
+import { ApiError } from '../src/platform/errors.ts';
+import { forward } from '../src/dedicated/proxy/forward.ts';
 
 const dispatcher = new Agent({ connections: null });
 let sim: Awaited<ReturnType<typeof startEngineSim>>;

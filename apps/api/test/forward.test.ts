@@ -7,9 +7,9 @@ import express from 'express';
 import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEngineSim } from '@berth/engine-sim';
-import { ApiError, errorBody } from '../src/errors.ts';
-import { forward } from '../src/proxy/forward.ts';
-import type { Usage } from '../src/proxy/sse.ts';
+import { ApiError, errorBody } from '../src/platform/errors.ts';
+import { forward } from '../src/dedicated/proxy/forward.ts';
+import type { Usage } from '../src/dedicated/proxy/sse.ts';
 
 const dispatcher = new Agent({ connections: null });
 let sim: Awaited<ReturnType<typeof startEngineSim>>;

@@ -2,8 +2,9 @@ import type { AddressInfo } from 'node:net';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { createApp } from '../src/app.ts';
-import type { KeyService } from '../src/keys/service.ts';
-import { createMetrics } from '../src/metrics.ts';
+import { parseConfig } from '../src/platform/config.ts';
+import type { KeyService } from '../src/accounts/keys/service.ts';
+import { createMetrics } from '../src/platform/metrics.ts';
 
 describe('an unexpected failure', () => {
   it('is a 500 Internal Server Error with no stack trace or cause in the body', async () => {
@@ -13,7 +14,7 @@ describe('an unexpected failure', () => {
       },
     } as unknown as KeyService;
     const app = createApp({
-      config: { MAX_BODY_BYTES: 1024 },
+      config: parseConfig({ MAX_BODY_BYTES: '1024' }),
       adminToken: 'a'.repeat(20),
       keys,
       health: { ping: async () => {} },

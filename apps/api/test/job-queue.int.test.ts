@@ -1,7 +1,7 @@
 import { PGlite } from '@electric-sql/pglite';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startJobQueue, type JobQueue } from '../src/jobs/queue.ts';
+import { startJobQueue, type JobQueue } from '../src/platform/jobs.ts';
 import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 import { eventually } from '@berth/test/support/eventually';
 

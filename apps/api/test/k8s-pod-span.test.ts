@@ -2,7 +2,7 @@
 // the meter's own moment of seeing a change when it came promptly, else the cluster's timestamp.
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { clusterTime, LIVE_EVENT_MS, podSpan } from '../src/endpoints/kubernetes/gpu-meter.ts';
+import { clusterTime, LIVE_EVENT_MS, podSpan } from '../src/dedicated/kubernetes/gpu-meter.ts';
 
 const t = (s: string) => new Date(`2026-11-23T10:${s}Z`);
 const same = (d: Date) => d;

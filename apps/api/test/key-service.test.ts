@@ -1,14 +1,19 @@
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from 'vitest';
-import { databaseUnavailable } from '../src/db-unavailable.ts';
-import { ApiError } from '../src/errors.ts';
-import { keyHasher } from '../src/keys/format.ts';
-import { localRevocationBus, type RevocationBus } from '../src/keys/revocation-bus.ts';
-import { keyService } from '../src/keys/service.ts';
-import type { KeyRecord, KeyRepository, NewKey } from '../src/repositories/keys.ts';
+import { databaseUnavailable } from '../src/platform/db-unavailable.ts';
+import { ApiError } from '../src/platform/errors.ts';
+import { keyHasher } from '../src/accounts/keys/format.ts';
+import { localRevocationBus, type RevocationBus } from '../src/accounts/keys/revocation-bus.ts';
+import { keyService } from '../src/accounts/keys/service.ts';
+import {
+  keyConflict,
+  type KeyRecord,
+  type KeyRepository,
+  type NewKey,
+} from '../src/accounts/keys/repository.ts';
 
 // A tiny in-memory repository that counts lookups: the service's only contact with the database.
-function memoryRepo() {
+function memoryRepo(clock = () => new Date()) {
   const rows = new Map<string, KeyRecord & { hash: string }>();
   let lookups = 0;
   let gate: Promise<void> | undefined;
@@ -34,7 +39,16 @@ function memoryRepo() {
       );
     },
     async createKey(key: NewKey) {
-      const row = { ...key, createdAt: new Date(), lastUsedAt: null, revokedAt: null };
+      const row = {
+        ...key,
+        createdAt: clock(),
+        lastUsedAt: null,
+        revokedAt: null,
+        replacedBy: null,
+        graceExpiresAt: null,
+        rotatedFrom: key.rotatedFrom ?? null,
+        lineage: key.lineage ?? null,
+      };
       rows.set(key.id, row);
       return row;
     },
@@ -67,6 +81,27 @@ function memoryRepo() {
       return { key: { ...row }, changed };
     },
     async touch() {},
+    async update(accountId, keyId, patch, now, check) {
+      const row = rows.get(keyId);
+      if (!row || row.accountId !== accountId) return null;
+      const conflict = keyConflict(row, now);
+      if (conflict) return { conflict, key: row };
+      check?.(row);
+      Object.assign(row, Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined)));
+      return { key: { ...row } };
+    },
+    async rotate(accountId, keyId, next, grace, now) {
+      const old = rows.get(keyId);
+      if (!old || old.accountId !== accountId) return null;
+      const conflict = old.replacedBy ? 'rotated' : keyConflict(old, now);
+      if (conflict) return { conflict, key: old };
+      const created = await repo.createKey(next(old));
+      Object.assign(old, { replacedBy: created.id, graceExpiresAt: grace(old) });
+      return { old: { ...old }, created };
+    },
+    async spend() {
+      return new Map();
+    },
   };
   return {
     repo,
@@ -113,7 +148,7 @@ describe('key verification', () => {
     const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'global' });
     await keys.verify(k.value);
     await keys.revoke('a', k.id);
-    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'invalid_api_key' });
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'api_key_revoked' });
     await keys.close();
   });
 
@@ -125,8 +160,9 @@ describe('key verification', () => {
     await keys.revoke('a', k.id);
     void bus;
     release();
-    expect((await pending).ok).toBe(true); // it was valid when read
-    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'invalid_api_key' });
+    // The row it read predates the revocation, which returned before the lookup did: read again.
+    expect(await pending).toEqual({ ok: false, code: 'api_key_revoked' });
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'api_key_revoked' });
     await keys.close();
   });
 
@@ -153,6 +189,7 @@ describe('a database outage', () => {
       publish: async (rev) => (events.emit('revoked', rev), { expected: 1, acknowledged: 1 }),
       onRevoked: (fn) => void events.on('revoked', fn),
       onReset: (fn) => void events.on('reset', fn),
+      onReconnected: (fn) => void events.on('reconnected', fn),
       close: async () => {},
     };
     const mem = memoryRepo();
@@ -175,7 +212,12 @@ describe('a database outage', () => {
       bus.healthy = false;
       events.emit('reset');
     };
-    return { keys, lose, back: () => (down = false) };
+    const back = () => {
+      down = false;
+      bus.healthy = true;
+      events.emit('reconnected');
+    };
+    return { keys, lose, back };
   }
 
   it('keys verified before it keep working; others still need the database', async () => {
@@ -200,6 +242,19 @@ describe('a database outage', () => {
       await expect(keys.verify(warm.value)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
       await keys.close();
     }
+  });
+
+  it('a revocation bus back after a loss tells the change listeners that any key may have changed', async () => {
+    const { keys, lose, back } = outage(60_000);
+    const seen: (string | undefined)[] = [];
+    keys.onChanged((id) => seen.push(id));
+    // Not at the loss: billing would forget every key's limit, and could not read it again without
+    // the database (every call refused while the leases still held it).
+    lose();
+    expect(seen).toEqual([]);
+    back();
+    expect(seen).toEqual([undefined]);
+    await keys.close();
   });
 
   it('a key revoked on this replica just before the outage stays refused', async () => {
@@ -265,6 +320,145 @@ describe('requests in flight', () => {
     t.release();
     await keys.revoke('a', k.id);
     expect(t.signal.aborted).toBe(false);
+    await keys.close();
+  });
+});
+
+describe('expiry and rotation (a clock the test moves)', () => {
+  function clocked() {
+    let t = Date.parse('2026-03-02T10:00:00Z');
+    const mem = memoryRepo(() => new Date(t));
+    const keys = keyService({
+      repo: mem.repo,
+      hash: keyHasher(),
+      bus: localRevocationBus(),
+      touchIntervalMs: 60_000,
+      now: () => new Date(t),
+      pinnedModel: (_account, model) =>
+        model === 'chat-model' ? undefined : `no catalog model named ${model}`,
+    });
+    return { mem, keys, at: () => t, move: (ms: number) => (t += ms) };
+  }
+
+  it('a key is refused from its expiresAt on, from the cache, with api_key_expired', async () => {
+    const { mem, keys, at, move } = clocked();
+    const k = await keys.createKey({
+      accountId: 'a',
+      name: 'k',
+      scope: 'inference',
+      expiresAt: new Date(at() + 60_000),
+    });
+    expect((await keys.verify(k.value)).ok).toBe(true);
+    move(59_999);
+    expect((await keys.verify(k.value)).ok).toBe(true);
+    move(1);
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'api_key_expired' });
+    expect(mem.lookups()).toBe(1); // the cached copy knew when
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'api_key_expired' }); // and from the row
+    await expect(
+      keys.createKey({ accountId: 'a', name: 'late', scope: 'inference', expiresAt: new Date(at() - 1) }),
+    ).rejects.toMatchObject({ status: 400, param: 'expiresAt' });
+    await keys.close();
+  });
+
+  it('rotation: the old key works through its grace period (even cached before), then api_key_rotated', async () => {
+    const { keys, move } = clocked();
+    const old = await keys.createKey({
+      accountId: 'a',
+      name: 'ci',
+      scope: 'inference',
+      spendLimit: { amount: 5_000_000n, period: 'day' },
+    });
+    expect((await keys.verify(old.value)).ok).toBe(true); // cached
+    const r = await keys.rotate('a', old.id, { graceSeconds: 3_600 });
+    expect(r).toMatchObject({
+      key: { name: 'ci', scope: 'inference', rotatedFrom: old.id, lineage: old.id },
+      previous: { id: old.id, graceExpiresAt: new Date(Date.parse('2026-03-02T11:00:00Z')) },
+    });
+    expect(r!.key.spendLimit).toEqual({ amount: 5_000_000n, period: 'day' });
+    expect((await keys.verify(r!.key.value)).ok).toBe(true);
+    move(3_599_999);
+    expect((await keys.verify(old.value)).ok).toBe(true);
+    move(1);
+    expect(await keys.verify(old.value)).toEqual({ ok: false, code: 'api_key_rotated' });
+    expect((await keys.verify(r!.key.value)).ok).toBe(true);
+    await keys.close();
+  });
+
+  it('a key is rotated once; the grace is 0 to 30 days; revoked keys are not rotated', async () => {
+    const { keys } = clocked();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    await expect(keys.rotate('a', k.id, { graceSeconds: 30 * 86_400 + 1 })).rejects.toMatchObject({
+      status: 400,
+      param: 'gracePeriodSeconds',
+    });
+    const r = await keys.rotate('a', k.id, { graceSeconds: 0 });
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'api_key_rotated' });
+    await expect(keys.rotate('a', k.id, {})).rejects.toMatchObject({
+      status: 409,
+      code: 'key_conflict',
+      message: `API key ${k.id} was already rotated (replaced by ${r!.key.id}); rotate that key instead`,
+    });
+    await keys.revoke('a', r!.key.id);
+    await expect(keys.rotate('a', r!.key.id, {})).rejects.toMatchObject({
+      status: 409,
+      message: `API key ${r!.key.id} is revoked; create a new key instead`,
+    });
+    expect(await keys.rotate('a', 'key_nope', {})).toBeNull();
+    await keys.close();
+  });
+
+  it('an expiring key gives its successor the same lifetime from now', async () => {
+    const { keys, at, move } = clocked();
+    const k = await keys.createKey({
+      accountId: 'a',
+      name: 'k',
+      scope: 'inference',
+      expiresAt: new Date(at() + 90 * 86_400_000),
+    });
+    move(80 * 86_400_000);
+    const r = await keys.rotate('a', k.id, {});
+    expect(r!.key.expiresAt).toEqual(new Date(at() + 90 * 86_400_000));
+    const forever = await keys.rotate('a', r!.key.id, { expiresAt: null });
+    expect(forever!.key.expiresAt).toBeNull();
+    await keys.close();
+  });
+
+  it('a pinned model nothing serves is refused at write, naming the field; nothing is written', async () => {
+    const { keys, mem } = clocked();
+    await expect(
+      keys.createKey({ accountId: 'a', name: 'k', scope: 'inference', pinnedModel: 'nope' }),
+    ).rejects.toMatchObject({
+      status: 400,
+      param: 'pinnedModel',
+      message: 'Invalid request body: pinnedModel: no catalog model named nope',
+    });
+    expect(await mem.repo.listForAccount('a')).toEqual([]);
+    const k = await keys.createKey({
+      accountId: 'a',
+      name: 'k',
+      scope: 'inference',
+      pinnedModel: 'chat-model',
+    });
+    await expect(keys.update('a', k.id, { pinnedModel: 'nope' })).rejects.toMatchObject({
+      param: 'pinnedModel',
+    });
+    expect((await mem.repo.listForAccount('a'))[0]!.pinnedModel).toBe('chat-model');
+    await keys.close();
+  });
+
+  it('a change reaches every cache at once, and requests in flight go on', async () => {
+    const { keys, mem } = clocked();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    const seen: (string | undefined)[] = [];
+    keys.onChanged((id) => seen.push(id));
+    expect(await keys.verify(k.value)).toMatchObject({ principal: { allowDearerFallback: false } });
+    const inFlight = keys.track(k.id);
+    await keys.update('a', k.id, { allowDearerFallback: true });
+    expect(await keys.verify(k.value)).toMatchObject({ principal: { allowDearerFallback: true } });
+    expect(mem.lookups()).toBe(2);
+    expect(inFlight.signal.aborted).toBe(false);
+    expect(seen).toEqual([k.id]);
     await keys.close();
   });
 });

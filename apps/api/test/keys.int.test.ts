@@ -19,7 +19,7 @@ describe('key management (happy path)', () => {
       body: JSON.stringify({
         name: 'ci',
         scope: 'inference',
-        pinnedModel: 'qwen2.5-7b-instruct',
+        pinnedModel: 'auto',
         toolPin: ['olympus'],
       }),
     });
@@ -29,7 +29,7 @@ describe('key management (happy path)', () => {
       id: expect.stringMatching(/^key_/),
       name: 'ci',
       scope: 'inference',
-      pinnedModel: 'qwen2.5-7b-instruct',
+      pinnedModel: 'auto',
       toolPin: ['olympus'],
       state: 'active',
       value: expect.stringMatching(/^svc_live_[A-Za-z0-9]{33}$/),
@@ -134,7 +134,7 @@ describe('key management (errors)', () => {
     ).toBe(200);
     const res = await fetch(api.url + '/api/keys', { headers: bearer(acct.global) });
     expect(res.status).toBe(401);
-    expect(await res.json()).toEqual({ error: 'Invalid API key', code: 'invalid_api_key' });
+    expect(await res.json()).toEqual({ error: 'Invalid API key', code: 'api_key_revoked' });
   });
 
   it('bad bodies write nothing', async () => {

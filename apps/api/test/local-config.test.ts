@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseConfig } from '../src/config.ts';
-import { engineCommand } from '../src/endpoints/local/index.ts';
-import { runtimeKind } from '../src/server.ts';
+import { ConfigError, parseConfig } from '../src/platform/config.ts';
+import { engineCommand } from '../src/dedicated/local/index.ts';
+import { runtimeKind } from '../src/dedicated/runtimes.ts';
 
 describe('runtime selection and local-mode configuration', () => {
   it('auto: Kubernetes when configured, else local on the embedded database, else none', () => {

@@ -9,9 +9,9 @@ import { openDatabase, type Database } from '@berth/db';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { startMcpServer, type TestMcpServer } from '@berth/test/support/mcp-server';
 import { sql } from '@berth/test/support/postgres';
-import { ApiError } from '../src/errors.ts';
-import { toolRepository, type ToolRepository } from '../src/repositories/tools.ts';
-import { parseSecretsKey, sealer } from '../src/secrets/sealed.ts';
+import { ApiError } from '../src/platform/errors.ts';
+import { toolRepository, type ToolRepository } from '../src/tools/repository.ts';
+import { parseSecretsKey, sealer } from '../src/platform/sealed.ts';
 import { requireTools } from '../src/tools/access.ts';
 import { runManagedLoop, type CallModel, type LoopEvent, type ModelStep } from '../src/tools/loop.ts';
 import { closeManagedServers, openManagedServers, walletCharger } from '../src/tools/managed.ts';
@@ -51,7 +51,7 @@ afterAll(async () => {
   await Promise.all([api?.stop(), sim?.close(), mcp?.close()]);
 });
 
-const callModel: CallModel = async (body, { signal, onContent }) => {
+const callModel: CallModel = async (body, { signal }) => {
   const r = await fetch(`${sim.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -61,7 +61,6 @@ const callModel: CallModel = async (body, { signal, onContent }) => {
   if (r.status !== 200) throw new Error(`model: ${r.status} ${await r.text()}`);
   const c = (await r.json()) as { model: string; usage: ModelStep['usage']; choices: ModelStep[] };
   const choice = c.choices[0]!;
-  if (choice.message.content) onContent?.(choice.message.content);
   return { message: choice.message, finish_reason: choice.finish_reason, usage: c.usage, model: c.model };
 };
 
@@ -101,7 +100,11 @@ async function run(
     options.toolIds ?? ['toolbox'],
   );
   const signal = options.signal ?? AbortSignal.timeout(30_000);
-  const servers = await openManagedServers(tools, sealer(parseSecretsKey(SECRETS_KEY)!), signal);
+  const servers = await openManagedServers(
+    tools,
+    { sealer: sealer(parseSecretsKey(SECRETS_KEY)!), maxResponseBytes: 1_048_576 },
+    signal,
+  );
   const events: LoopEvent[] = [];
   try {
     const result = await runManagedLoop({

@@ -27,15 +27,11 @@ beforeAll(async () => {
     startEngineSim({ model: 'org/tools', ttftMs: 1, itlMs: 0, maxModelLen: 1_000_000 }),
     startMcpServer({ requireAuthorization: MCP_TOKEN }),
   ]);
-  const model = await api.admin('/admin/models/tools-chat', {
-    method: 'PUT',
-    body: JSON.stringify({
-      kind: 'chat',
-      backends: [{ baseUrl: sim.url + '/v1', model: 'org/tools' }],
-      pricing: { inputPerMTok: '0.10', outputPerMTok: '0.20' },
-    }),
-  });
-  expect(model.status).toBe(201);
+  await api.chatModel(
+    'tools-chat',
+    { engineUrl: sim.url, model: 'org/tools' },
+    { inputPerMTok: '0.10', outputPerMTok: '0.20' },
+  );
   const tool = (id: string, body: object) =>
     api.admin(`/admin/tools/${id}`, {
       method: 'PUT',
@@ -148,6 +144,42 @@ describe('the managed loop on /api/chat/completions', () => {
     const text = await raw.text();
     expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
     expect(text).toContain('"berth_tool":{"type":"tool_result"');
+  });
+
+  it('max_tokens bounds each model step: a tool call it cut is neither run nor returned as the answer', async () => {
+    const acct = await account();
+    const before = mcp.calls.length;
+    const c = (await acct.client.chat.completions.create({
+      model: 'tools-chat',
+      messages: [{ role: 'user', content: PLAN }],
+      tools: [TOOLBOX],
+      max_tokens: 6,
+    })) as Awaited<ReturnType<typeof acct.client.chat.completions.create>> & {
+      berth_tool_calls: unknown[];
+    };
+    const choice = (c as { choices: { message: { content: string | null }; finish_reason: string }[] })
+      .choices[0]!;
+    expect(choice.finish_reason).toBe('length');
+    expect(choice.message.content ?? '').not.toContain('<tool_call>');
+    expect(c.berth_tool_calls).toEqual([]);
+    expect(mcp.calls.length).toBe(before);
+    // Streamed, the same: no delta carries the half-written call.
+    const stream = await acct.client.chat.completions.create({
+      model: 'tools-chat',
+      messages: [{ role: 'user', content: PLAN }],
+      tools: [TOOLBOX],
+      max_tokens: 6,
+      stream: true,
+    });
+    let text = '';
+    let finish: string | null | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(text).not.toContain('<tool_call>');
+    expect(finish).toBe('length');
+    expect(mcp.calls.length).toBe(before);
   });
 
   it('client function tools pass through untouched: a turn calling one comes back to the client', async () => {

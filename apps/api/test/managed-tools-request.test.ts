@@ -1,7 +1,8 @@
 // The request side of managed tools on the Elastic routes: which `tools` entries are managed, the
 // refusals naming the field, and the Responses API's input as chat messages.
 import { describe, expect, it } from 'vitest';
-import { managedTools, responsesToChat } from '../src/tools/elastic.ts';
+import { managedTools } from '../src/tools/answer.ts';
+import { responsesToChat } from '../src/tools/responses.ts';
 
 describe('managedTools()', () => {
   it('splits mcp entries from the others, in order; none: undefined (an ordinary call)', () => {

@@ -1,91 +1,35 @@
 // Streams cut short are metered for what was generated (issue 21, item 2): the official OpenAI SDK
 // aborts a stream mid-way, and the usage row holds what the engine generated up to the cut,
 // while the client saw exactly the bytes it would have seen without the proxy's usage request.
-import type { AddressInfo } from 'node:net';
-import type { Server } from 'node:http';
 import OpenAI from 'openai';
-import { openMigratedDatabase } from '@berth/db';
-import { DEFAULT_CATALOG } from '@berth/crds';
 import { startEngineSim } from '@berth/engine-sim';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApp } from '../src/app.ts';
-import { keyHasher } from '../src/keys/format.ts';
-import { localRevocationBus } from '../src/keys/revocation-bus.ts';
-import { keyService, type KeyService } from '../src/keys/service.ts';
-import { createMetrics } from '../src/metrics.ts';
-import { proxyAgent } from '../src/proxy/agent.ts';
-import { memoryRateLimiter } from '../src/proxy/ratelimit.ts';
-import { usageRecorder, type UsageRecorder } from '../src/proxy/usage.ts';
-import { healthRepository, keyRepository } from '../src/repositories/keys.ts';
-import { usageRepository } from '../src/repositories/usage.ts';
-import { platformUpstream, type PlatformUpstream } from '../src/upstream/platform.ts';
-import { BENCH_ENDPOINT_ID as ID, memoryRuntime } from '@berth/test/support/memory-runtime';
+import { startMemoryProxy, type MemoryProxy } from '@berth/test/support/memory-proxy';
 import { eventually } from '@berth/test/support/eventually';
-import { createTestDatabase, sql, type TestDatabase } from '@berth/test/support/postgres';
+import { sql } from '@berth/test/support/postgres';
 
-const logger = pino({ level: 'silent' });
-let testDb: TestDatabase;
-let db: Awaited<ReturnType<typeof openMigratedDatabase>>;
-let keys: KeyService;
-let upstream: PlatformUpstream;
-let usage: UsageRecorder;
-const dispatcher = proxyAgent();
+let proxy: MemoryProxy;
 let sim: Awaited<ReturnType<typeof startEngineSim>>;
-let server: Server;
 let client: OpenAI;
 let base: string;
 let keyValue: string;
 
 beforeAll(async () => {
-  testDb = await createTestDatabase('metering_cut');
-  db = await openMigratedDatabase({ kind: 'postgres', url: testDb.url });
-  keys = keyService({
-    repo: keyRepository(db.prisma),
-    hash: keyHasher(),
-    bus: localRevocationBus(),
-    touchIntervalMs: 60_000,
-  });
-  const runtime = memoryRuntime();
-  upstream = platformUpstream({ endpoints: runtime.endpoints, backends: runtime.backends, logger });
   sim = await startEngineSim({ model: 'berth/bench', ttftMs: 0, itlMs: 50, outputTokens: 200 });
-  usage = usageRecorder(usageRepository(db.prisma), logger, 60_000);
-  const app = createApp({
-    config: { MAX_BODY_BYTES: 1 << 20, PROXY_RETRIES: 0 },
-    adminToken: 'x'.repeat(20),
-    keys,
-    health: healthRepository(db.prisma),
-    metrics: createMetrics(),
-    logger,
-    lifecycle: { shuttingDown: false },
-    catalog: DEFAULT_CATALOG,
-    endpoints: { runtime, upstream, dispatcher, usage, limiter: memoryRateLimiter() },
-  });
-  server = app.listen(0, '127.0.0.1');
-  await new Promise((r) => server.once('listening', r));
-  const { account } = await keys.createAccount('cut');
-  runtime.setEndpoint(account.id, 'up');
-  runtime.setAddresses([sim.url]);
-  keyValue = (await keys.createKey({ accountId: account.id, name: 'k', scope: 'inference' })).value;
-  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/d/${ID}`;
+  proxy = await startMemoryProxy({ name: 'metering_cut', engines: [sim.url] });
+  ({ base, key: keyValue } = proxy);
   client = new OpenAI({ baseURL: base, apiKey: keyValue, maxRetries: 0 });
 });
 
 afterAll(async () => {
-  server?.close();
-  await usage?.close();
-  await upstream?.close();
-  await dispatcher.close();
+  await proxy?.close();
   await sim?.close();
-  await keys?.close();
-  await db?.close();
-  await testDb?.drop();
 });
 
 async function recorded(): Promise<{ requests: number; prompt: number; completion: number }> {
-  await usage.flush();
+  await proxy.usage.flush();
   const [row] = await sql<{ requests: string; prompt: string; completion: string }>(
-    testDb.url,
+    proxy.db.url,
     'SELECT sum(requests) AS requests, sum(prompt_tokens) AS prompt, sum(completion_tokens) AS completion FROM endpoint_usage',
   );
   return {

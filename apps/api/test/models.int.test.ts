@@ -32,8 +32,8 @@ describe('GET /api/models', () => {
       expect(body).toEqual({
         object: 'list',
         data: [
-          { id: 'model-a', object: 'model', created: expect.any(Number), owned_by: 'berth' },
-          { id: 'model-b', object: 'model', created: expect.any(Number), owned_by: 'berth' },
+          { id: 'model-a', object: 'model', created: expect.any(Number), owned_by: 'berth', kind: 'chat' },
+          { id: 'model-b', object: 'model', created: expect.any(Number), owned_by: 'berth', kind: 'chat' },
         ],
       });
     }
@@ -88,7 +88,9 @@ describe('authentication on an OpenAI-style route', () => {
     ]) {
       const res = await fetch(api.url + '/api/models', { headers: bearer(key) });
       expect(res.status, key).toBe(401);
-      expect(await res.json()).toEqual(dual('Invalid API key', 'invalid_api_key'));
+      // A revoked key says so in its code; the message stays the spec's.
+      const code = key === other.inference ? 'api_key_revoked' : 'invalid_api_key';
+      expect(await res.json()).toEqual(dual('Invalid API key', code));
     }
   });
 

@@ -272,11 +272,21 @@ describe('POST /api/olympus/route (dry run)', () => {
   it('invalid bodies: 400 in the dual shape, naming the field', async () => {
     const acct = await account();
     const cases: [unknown, string][] = [
-      [{ endpoint: 'embeddings' }, 'endpoint'],
-      [{ max_tokens: -1 }, 'max_tokens'],
-      [{ max_tokens: 1.5 }, 'max_tokens'],
-      [{ tools: 'all' }, 'tools'],
-      [{ stream: 'yes' }, 'stream'],
+      [{ endpoint: 'embeddings', messages: hello }, 'endpoint'],
+      [{ max_tokens: -1, messages: hello }, 'max_tokens'],
+      [{ max_tokens: 1.5, messages: hello }, 'max_tokens'],
+      [{ tools: 'all', messages: hello }, 'tools'],
+      [{ stream: 'yes', messages: hello }, 'stream'],
+      // What the probe sent, each answered 200 before: the live route refuses them.
+      [{ model: 12345, messages: hello }, 'model'],
+      [{ model: 'main', messages: hello }, 'model'],
+      [{ messages: 'notalist' }, 'messages'],
+      [{}, 'messages'],
+      [{ messages: [] }, 'messages'],
+      [{ messages: [{ content: 'no role' }] }, 'messages.0.role'],
+      [{ endpoint: 'completions', messages: hello }, 'prompt'],
+      [{ endpoint: 'completions', prompt: 7 }, 'prompt'],
+      [{ endpoint: 'responses', messages: hello }, 'input'],
     ];
     for (const [body, field] of cases) {
       const r = await fetch(api.url + '/api/olympus/route', {
@@ -291,15 +301,16 @@ describe('POST /api/olympus/route (dry run)', () => {
       expect(err.message, field).toBe(err.error.message);
       expect(err.message, field).toContain(field);
     }
+    const huge = { messages: hello, max_tokens: 1_000_000 };
     const none = await fetch(api.url + '/api/olympus/route', {
       method: 'POST',
       headers: { ...bearer(acct.inference), 'content-type': 'application/json' },
-      body: JSON.stringify({ max_tokens: 1_000_000 }),
+      body: JSON.stringify(huge),
     });
     expect(none.status).toBe(400);
     expect((await none.json()).error).toMatchObject({
       param: 'model',
-      message: `Olympus found no catalog model for this request: it needs a chat model with a context of at least ${1_000_000 + JSON.stringify({ max_tokens: 1_000_000 }).length} tokens`,
+      message: `Olympus found no catalog model for this request: it needs a chat model with a context of at least ${1_000_000 + JSON.stringify(huge).length} tokens`,
     });
   });
 

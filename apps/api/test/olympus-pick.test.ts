@@ -1,12 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import {
-  cosine,
-  isOlympusModel,
-  matchRoute,
-  pickModel,
-  type Candidate,
-  type Needs,
-} from '../src/olympus/pick.ts';
+import { pickModel, type Candidate, type Needs } from '../src/olympus/ranking.ts';
+import { matchRoute, cosine } from '../src/olympus/routing.ts';
+import { isOlympusModel } from '../src/olympus/choose.ts';
 
 const NOW = 1_000_000;
 const c = (name: string, over: Partial<Candidate> = {}): Candidate => ({

@@ -6,6 +6,21 @@ import { sql } from '@berth/test/support/postgres';
 let api: TestApi;
 beforeAll(async () => {
   api = await startTestApi();
+  // Policies name catalog models: two chat models and an embedding model.
+  for (const [name, kind] of [
+    ['qwen2.5-7b-instruct', 'chat'],
+    ['llama-3.1-8b-instruct', 'chat'],
+    ['embed', 'embedding'],
+  ]) {
+    const model = {
+      kind,
+      backends: [{ baseUrl: 'http://127.0.0.1:9/v1', model: `org/${name}` }],
+      pricing: { inputPerMTok: '0.10', outputPerMTok: '0.20' },
+    };
+    expect(
+      (await api.admin(`/admin/models/${name}`, { method: 'PUT', body: JSON.stringify(model) })).status,
+    ).toBe(201);
+  }
 });
 afterAll(async () => api?.stop());
 
@@ -90,6 +105,32 @@ describe('Olympus policy', () => {
         'embedding_model',
       ],
       [{ extra: true }, 'Invalid request body: Unrecognized key: "extra"', null],
+      // Names that can never be chosen: refused when written, each named.
+      [
+        { allowed_models: ['qwen2.5-7b-instruct', 'nope'] },
+        'Invalid request body: allowed_models.1: no catalog model "nope" (GET /api/models lists them)',
+        'allowed_models.1',
+      ],
+      [
+        { allowed_models: ['embed'] },
+        'Invalid request body: allowed_models.0: "embed" is an embedding model; Olympus chooses among chat and completion models',
+        'allowed_models.0',
+      ],
+      [
+        {
+          routes: [
+            { name: 'code', model: 'nope', examples: ['x'] },
+            { name: 'vec', model: 'embed', examples: ['y'] },
+          ],
+        },
+        'Invalid request body: routes.0.model: no catalog model "nope" (GET /api/models lists them); routes.1.model: "embed" is an embedding model; Olympus chooses among chat and completion models',
+        'routes.0.model',
+      ],
+      [
+        { embedding_model: 'qwen2.5-7b-instruct' },
+        'Invalid request body: embedding_model: must be an embedding model of the catalog',
+        'embedding_model',
+      ],
     ];
     for (const [body, message, param] of cases) {
       const r = await put(a.global, body);

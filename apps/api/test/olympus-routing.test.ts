@@ -4,7 +4,7 @@ import { embed } from '@berth/engine-sim';
 import { describe, expect, it } from 'vitest';
 import type { CatalogModel } from '../src/elastic/entry.ts';
 import { bounded, embeddingModelFor, promptOf, routeMatcher } from '../src/olympus/routing.ts';
-import type { OlympusPolicyRecord } from '../src/repositories/olympus.ts';
+import type { OlympusPolicyRecord } from '../src/olympus/repository.ts';
 
 const model = (name: string, kind: CatalogModel['kind'], price: bigint): CatalogModel =>
   ({

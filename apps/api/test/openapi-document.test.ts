@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import openapiTS, { astToString } from 'openapi-typescript';
 import { describe, expect, it } from 'vitest';
 import { openapiDocument } from '../src/openapi-document.ts';
-import { operationIdOf } from '../src/openapi.ts';
+import { operationIdOf } from '../src/http/openapi.ts';
 
 const dir = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../generated');
 const document = JSON.parse(JSON.stringify(openapiDocument())) as {

@@ -86,7 +86,7 @@ describe('per-account overrides (PATCH /admin/accounts/{id}/quotas)', () => {
       method: body === undefined ? 'GET' : 'PATCH',
       ...(body === undefined ? {} : { body: typeof body === 'string' ? body : JSON.stringify(body) }),
     });
-  const defaults = { keys: KEY_QUOTA, endpoints: 20, gpus: 64 };
+  const defaults = { keys: KEY_QUOTA, endpoints: 20, gpus: 64, chronos_runs: 100 };
 
   it("raises one account's key quota, and null gives the default back", async () => {
     const acct = await api.newAccount();
@@ -95,14 +95,14 @@ describe('per-account overrides (PATCH /admin/accounts/{id}/quotas)', () => {
       object: 'account_quotas',
       account: acct.id,
       limits: defaults,
-      overrides: { keys: null, endpoints: null, gpus: null },
+      overrides: { keys: null, endpoints: null, gpus: null, chronos_runs: null },
       defaults,
     });
     const raised = await quotas(acct.id, { keys: 10 });
     expect(raised.status).toBe(200);
     expect(await raised.json()).toMatchObject({
       limits: { ...defaults, keys: 10 },
-      overrides: { keys: 10, endpoints: null, gpus: null },
+      overrides: { keys: 10, endpoints: null, gpus: null, chronos_runs: null },
     });
     for (let i = 0; i < 7; i++) expect((await createKey(acct.global, `r${i}`)).status).toBe(201);
     const refused = await createKey(acct.global, 'eleventh');
@@ -130,6 +130,7 @@ describe('per-account overrides (PATCH /admin/accounts/{id}/quotas)', () => {
       keys: { limit: 12, usage: 10 },
       endpoints: { limit: 20, usage: 0 },
       gpus: { limit: 64, usage: 0 },
+      chronos_runs: { limit: 100, usage: 0 },
     });
     const inference = await fetch(`${api.url}/api/quotas`, { headers: bearer(acct.inference) });
     expect(inference.status).toBe(403);
@@ -161,6 +162,7 @@ describe('per-account overrides (PATCH /admin/accounts/{id}/quotas)', () => {
       keys: null,
       endpoints: null,
       gpus: 12,
+      chronos_runs: null,
     });
     for (const r of [await quotas('acct_nope'), await quotas('acct_nope', { keys: 3 })]) {
       expect(r.status).toBe(404);

@@ -2,7 +2,7 @@
 // (REDIS_URL; TEST_REDIS_URL or the local server on 127.0.0.1:6379 here).
 import { randomBytes } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
-import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from '../src/proxy/ratelimit.ts';
+import { memoryRateLimiter, redisRateLimiter, type RateLimiter } from '../src/dedicated/proxy/ratelimit.ts';
 
 const REDIS = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const opened: RateLimiter[] = [];

@@ -1,19 +1,21 @@
 // The replica pickers of the routing strategies: how keys spread over the ring, that a conversation
-// sticks to its replica, that the load bound spills a hot prefix over, what moves when a replica goes
-// away, and that a pick allocates nothing. Plus the affinity key a request body gets.
+// sticks to its replica, that the load bound spills a hot prefix over and passes a slow replica by,
+// that no call is refused, what moves when a replica goes away, and that a pick allocates nothing.
+// Plus the affinity key a request body gets.
 import { GCProfiler } from 'node:v8';
 import { describe, expect, it } from 'vitest';
-import { affinityKey } from '../src/upstream/affinity.ts';
+import { affinityKey } from '../src/dedicated/upstream/affinity.ts';
 import {
   hashString,
   LOAD_BOUND,
+  LOAD_SLACK,
   NO_KEY,
   PICKERS,
   prefixAffinity,
   ReplicaTable,
   roundRobin,
   type ReplicaSet,
-} from '../src/upstream/replicas.ts';
+} from '../src/dedicated/upstream/replicas.ts';
 
 function replicaSet(n: number): { set: ReplicaSet; table: ReplicaTable; list: string[] } {
   const list = Array.from({ length: n }, (_, i) => `http://10.0.0.${i + 1}:8000`);
@@ -58,21 +60,91 @@ describe('prefixAffinity', () => {
     }
   });
 
-  it('bounds the load: one hot prefix spills over, no replica past ceil(1.25 × mean)', () => {
+  it('bounds the load: one hot prefix spills over, no replica past ceil(1.25 × mean) or least + 2', () => {
     const { set } = replicaSet(4);
     const hot = hashString('the same system prompt and question');
     const home = prefixAffinity(set, undefined, hot);
     for (let total = 0; total < 400; total++) {
       const r = prefixAffinity(set, undefined, hot);
       r.inFlight++;
-      const bound = Math.ceil((LOAD_BOUND * (total + 1)) / 4);
+      const least = Math.min(...set.replicas.map((x) => x.inFlight));
+      const bound = Math.max(Math.ceil((LOAD_BOUND * (total + 1)) / 4), least + LOAD_SLACK + 1);
       for (const x of set.replicas) expect(x.inFlight).toBeLessThanOrEqual(bound);
     }
+    expect(LOAD_SLACK).toBe(2);
     // the key's own replica took the most; the others share the spill
     const loads = set.replicas.map((r) => r.inFlight);
     expect(home.inFlight).toBe(Math.max(...loads));
     expect(Math.max(...loads) / (400 / 4)).toBeLessThanOrEqual(LOAD_BOUND);
     expect(Math.min(...loads)).toBeGreaterThan(0);
+  });
+
+  it('keeps a conversation on its replica under balanced load while it has ≤ 2 calls more than the least loaded', () => {
+    // 3 calls in flight over 4 replicas: the mean bound alone (ceil(1.25 × 4 / 4) = 2) spilled the
+    // conversation as soon as its replica had two calls; now up to the least-loaded's + 2.
+    const { set } = replicaSet(4);
+    for (const k of keys(200)) {
+      const home = prefixAffinity(set, undefined, k);
+      const others = set.replicas.filter((r) => r !== home);
+      others[0]!.inFlight = 1;
+      home.inFlight = 2;
+      expect(prefixAffinity(set, undefined, k)).toBe(home);
+      // every replica busy alike: it stays home whatever the level
+      for (const level of [1, 5, 40]) {
+        for (const r of set.replicas) r.inFlight = level;
+        expect(prefixAffinity(set, undefined, k)).toBe(home);
+      }
+      // three more than an idle replica, with few calls in flight: it goes elsewhere, and to the
+      // same replica each time (the ring's next one), so that one caches the conversation too
+      for (const r of set.replicas) r.inFlight = 0;
+      home.inFlight = 3;
+      const spill = prefixAffinity(set, undefined, k);
+      expect(spill).not.toBe(home);
+      expect(prefixAffinity(set, undefined, k)).toBe(spill);
+      home.inFlight = 0;
+    }
+  });
+
+  it('passes a slow replica by: its calls pile up, and past its bound the keys it owns go elsewhere', () => {
+    // A noisy neighbour: the same arrivals, but the slow replica holds each call 4× longer. Simulated
+    // in steps of 1 ms: 30 calls/s of distinct keys, calls take 100 ms (400 ms on the slow replica).
+    const { set } = replicaSet(4);
+    const slow = set.replicas[0]!;
+    const ends: { at: number; r: (typeof set.replicas)[number] }[] = [];
+    const served = new Map(set.replicas.map((r) => [r, 0]));
+    const ks = keys(3_000, 'noisy');
+    let next = 0;
+    for (let now = 0; now < 100_000; now++) {
+      for (let i = ends.length - 1; i >= 0; i--)
+        if (ends[i]!.at <= now) {
+          ends[i]!.r.inFlight--;
+          ends.splice(i, 1);
+        }
+      if (now % 33 !== 0) continue;
+      const least = Math.min(...set.replicas.map((x) => x.inFlight));
+      const r = prefixAffinity(set, undefined, ks[next++ % ks.length]!);
+      // given a call only with at most 2 calls past the least-loaded replica (the mean bound is lower here)
+      if (r === slow) expect(slow.inFlight).toBeLessThanOrEqual(least + LOAD_SLACK);
+      r.inFlight++;
+      served.set(r, served.get(r)! + 1);
+      ends.push({ at: now + (r === slow ? 400 : 100), r });
+    }
+    const total = [...served.values()].reduce((a, b) => a + b, 0);
+    // round robin would give it a quarter (and a queue: it serves a quarter of what the others do)
+    expect(served.get(slow)! / total).toBeLessThan(0.2);
+    for (const r of set.replicas.slice(1)) expect(served.get(r)! / total).toBeGreaterThan(0.24);
+  });
+
+  it('never refuses a call: every pick is a replica, however loaded they all are', () => {
+    const { set } = replicaSet(4);
+    for (const r of set.replicas) r.inFlight = 1_000;
+    set.replicas[2]!.others = 5_000;
+    for (const k of keys(500)) {
+      const r = prefixAffinity(set, set.replicas[1], k);
+      expect(set.replicas).toContain(r);
+      expect(r).not.toBe(set.replicas[1]);
+      expect(r).not.toBe(set.replicas[2]); // 6,000 is past every bound; the others are not
+    }
   });
 
   it('a retry avoids the replica that failed; a lone replica is still given', () => {

@@ -67,7 +67,7 @@ describe('revocation across API replicas', () => {
       error: {
         message: 'Invalid API key',
         type: 'invalid_request_error',
-        code: 'invalid_api_key',
+        code: 'api_key_revoked',
         param: null,
       },
       message: 'Invalid API key',

@@ -5,9 +5,9 @@ import express from 'express';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { errorHandler, jsonBody } from '../src/http/middleware.ts';
+import { DB_UNAVAILABLE_LOG_MS, errorHandler, jsonBody } from '../src/http/middleware.ts';
 import { Routes } from '../src/http/routes.ts';
-import { ApiDoc } from '../src/openapi.ts';
+import { ApiDoc } from '../src/http/openapi.ts';
 
 async function serve(register: (routes: Routes) => void) {
   const app = express();
@@ -105,5 +105,35 @@ describe('Routes.add', () => {
         () => {},
       ),
     ).toThrow(/outside \/api/);
+  });
+});
+
+describe('errorHandler', () => {
+  it('logs requests refused for a lost database once per DB_UNAVAILABLE_LOG_MS, counting the rest', async () => {
+    const lines: { msg: string; refusedSinceLastLine?: number }[] = [];
+    const logger = pino(
+      { level: 'warn' },
+      { write: (l: string) => void lines.push(JSON.parse(l) as (typeof lines)[number]) },
+    );
+    let now = 1_000_000;
+    const app = express();
+    app.get('/x', () => {
+      // How node-postgres reports a server that is not there.
+      throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+    });
+    app.use(errorHandler(logger, () => now));
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise((r) => server.once('listening', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/x`;
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push((await fetch(url)).status);
+    now += DB_UNAVAILABLE_LOG_MS;
+    statuses.push((await fetch(url)).status);
+    expect(statuses).toEqual([503, 503, 503, 503, 503, 503]);
+    expect(lines.map((l) => [l.msg, l.refusedSinceLastLine])).toEqual([
+      ['database unavailable', undefined],
+      ['database unavailable', 4],
+    ]);
+    await new Promise((r) => server.close(r));
   });
 });

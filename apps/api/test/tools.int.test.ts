@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, startTestApi, type TestApi } from '@berth/test/support/api';
 import { sql } from '@berth/test/support/postgres';
-import { toolRepository } from '../src/repositories/tools.ts';
+import { toolRepository } from '../src/tools/repository.ts';
 import { toolAccess } from '../src/tools/access.ts';
 import { openDatabase } from '@berth/db';
 
@@ -209,7 +209,7 @@ describe('accounts: enablement', () => {
     await fetch(`${api.url}/api/keys/${tmp.id}`, { method: 'DELETE', headers: bearer(a.global) });
     const revoked = await enable(tmp.value, { tool_id: 'olympus' });
     expect(revoked.status).toBe(401);
-    expect(await revoked.json()).toEqual({ error: 'Invalid API key', code: 'invalid_api_key' });
+    expect(await revoked.json()).toEqual({ error: 'Invalid API key', code: 'api_key_revoked' });
     expect(await sql(api.db.url, `SELECT * FROM tool_enablements WHERE account_id = '${a.id}'`)).toEqual([]);
   });
 

@@ -1,29 +1,24 @@
 // The upstream call: the phase gate, wake and hold as typed outcomes, replica choice by least in
 // flight per endpoint, retries moving to another replica, and release counting down exactly once.
-import { API_VERSION, KIND, type DedicatedEndpoint, type Phase } from '@berth/crds';
+import {
+  ANNOTATION_LAST_ACTIVITY,
+  ANNOTATION_WAKE_FIRST_BYTE,
+  ANNOTATION_WAKE_REQUESTED,
+  type DedicatedEndpoint,
+  type Phase,
+} from '@berth/crds';
 import { Listeners } from '@berth/operator';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import type { Backends, Endpoints } from '../src/endpoints/ports.ts';
-import { platformUpstream } from '../src/upstream/platform.ts';
-import { leastInFlight, NO_KEY, ReplicaTable, type ReplicaLoad } from '../src/upstream/replicas.ts';
+import type { Backends, Endpoints } from '../src/dedicated/ports.ts';
+import { platformUpstream } from '../src/dedicated/upstream/endpoint-upstream.ts';
+import { leastInFlight, NO_KEY, ReplicaTable, type ReplicaLoad } from '../src/dedicated/upstream/replicas.ts';
+import { endpointObject } from './support/endpoint.ts';
 
 const logger = pino({ level: 'silent' });
 
 function endpoint(id: string, phase: Phase, status: Record<string, unknown> = {}): DedicatedEndpoint {
-  return {
-    apiVersion: API_VERSION,
-    kind: KIND,
-    metadata: { name: id, namespace: 'default', annotations: {} },
-    spec: {
-      account: 'a',
-      model: { id: 'org/m', revision: 'main' },
-      hardware: { gpuType: 'g', gpuCount: 1 },
-      authMode: 'Private',
-      scaling: { minReplicas: 0, maxReplicas: 2, idleTimeoutSeconds: 900 },
-    },
-    status: { phase, ...status },
-  };
+  return endpointObject(id, { phase, ...status });
 }
 
 /** Endpoints and replica addresses the test sets, with watches as the runtimes have them. */
@@ -85,10 +80,30 @@ describe('platformUpstream.acquire', () => {
     const e = endpoint('endpt-a', 'hibernated', { hibernatedAt: new Date().toISOString() });
     w.set(e);
     const up = platformUpstream({ ...w, logger });
-    expect(await up.acquire(e, { hold: 0, signal: signal() })).toEqual({ ok: false, reason: 'waking' });
-    expect(await up.acquire(e, { hold: 0, signal: signal() })).toEqual({ ok: false, reason: 'waking' });
+    // No wake of it measured yet: the configured default (30 s), less the wake's age.
+    const waking = { ok: false, reason: 'waking', retryAfter: 30 };
+    expect(await up.acquire(e, { hold: 0, signal: signal() })).toEqual(waking);
+    expect(await up.acquire(e, { hold: 0, signal: signal() })).toEqual(waking);
     expect(up.wakesSignalled).toBe(1);
     expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+
+  it('a call that wakes the endpoint writes once: the wake and its traffic in one annotation', async () => {
+    const w = world();
+    const e = endpoint('endpt-w', 'hibernated', { hibernatedAt: new Date().toISOString() });
+    w.set(e);
+    const up = platformUpstream({ ...w, logger });
+    const held = up.acquire(e, { hold: 5000, signal: signal() });
+    await new Promise((r) => setTimeout(r, 20));
+    // One write for the operator to act on (it reconciles once per write, in order).
+    expect(w.annotations).toHaveLength(1);
+    const [a] = w.annotations;
+    expect(a![ANNOTATION_WAKE_REQUESTED]).toBeDefined();
+    expect(a![ANNOTATION_LAST_ACTIVITY]).toBe(a![ANNOTATION_WAKE_REQUESTED]);
+    w.ready('endpt-w', ['http://10.0.0.3:8000']);
+    const got = await held;
+    if (got.ok) got.lease.release();
     await up.close();
   });
 
@@ -115,7 +130,11 @@ describe('platformUpstream.acquire', () => {
     const e = endpoint('endpt-a', 'waking');
     w.set(e);
     const up = platformUpstream({ ...w, logger });
-    expect(await up.acquire(e, { hold: 30, signal: signal() })).toEqual({ ok: false, reason: 'timeout' });
+    expect(await up.acquire(e, { hold: 30, signal: signal() })).toEqual({
+      ok: false,
+      reason: 'timeout',
+      retryAfter: 30,
+    });
 
     const failing = up.acquire(e, { hold: 5000, signal: signal() });
     const failed = endpoint('endpt-a', 'failed', { reason: 'WakeTimeout' });
@@ -133,6 +152,97 @@ describe('platformUpstream.acquire', () => {
     setTimeout(() => controller.abort(), 20);
     expect(await aborting).toEqual({ ok: false, reason: 'aborted' });
     expect(up.inFlight('endpt-a')).toBe(0);
+    await up.close();
+  });
+
+  it('holds at most scaling.maxHeldRequests calls; the next gets `full` with the measured Retry-After and no second wake', async () => {
+    const w = world();
+    const now = Date.now();
+    const e = endpoint('endpt-a', 'hibernated', {
+      hibernatedAt: new Date(now - 60_000).toISOString(),
+      // The last wake took 42 s from its signal to a Ready engine.
+      lastWake: {
+        requestedAt: '2026-11-26T10:00:00.000Z',
+        scaledAt: '2026-11-26T10:00:00.050Z',
+        engineReadyAt: '2026-11-26T10:00:42.000Z',
+      },
+    });
+    e.spec.scaling.maxHeldRequests = 2;
+    w.set(e);
+    const firstBytes: number[] = [];
+    const up = platformUpstream({ ...w, logger, onFirstByte: (_id, s) => firstBytes.push(s) });
+    const held = [
+      up.acquire(e, { hold: 5000, signal: signal() }),
+      up.acquire(e, { hold: 5000, signal: signal() }),
+    ];
+    await new Promise((r) => setTimeout(r, 20));
+    expect(up.holding('endpt-a')).toBe(2);
+    // The wake this process signalled, 12 s ago as the resource now says: 42 − 12 = 30 s left.
+    const signalled = w.annotations.find((a) => a[ANNOTATION_WAKE_REQUESTED])![ANNOTATION_WAKE_REQUESTED]!;
+    const woken = endpoint('endpt-a', 'waking', { wakeStartedAt: signalled, lastWake: e.status!.lastWake });
+    woken.spec.scaling.maxHeldRequests = 2;
+    woken.metadata.annotations = { [ANNOTATION_WAKE_REQUESTED]: new Date(now - 12_000).toISOString() };
+    w.set(woken);
+    expect(await up.acquire(e, { hold: 5000, signal: signal() })).toEqual({
+      ok: false,
+      reason: 'full',
+      retryAfter: 30,
+      limit: 2,
+    });
+    expect(w.annotations.filter((a) => a[ANNOTATION_WAKE_REQUESTED])).toHaveLength(1);
+    expect(up.wakesSignalled).toBe(1);
+
+    w.ready('endpt-a', ['http://10.0.0.1:8000']);
+    const leases = await Promise.all(held);
+    for (const got of leases) {
+      if (!got.ok) throw new Error(got.reason);
+      expect(got.wake!.heldMs).toBeGreaterThanOrEqual(15);
+      // The first byte of each held call's answer: once per wake counts.
+      got.wake!.firstByte();
+      got.lease.release();
+    }
+    expect(firstBytes).toHaveLength(1);
+    expect(w.annotations.filter((a) => a[ANNOTATION_WAKE_FIRST_BYTE])).toHaveLength(1);
+    expect(up.holding('endpt-a')).toBe(0);
+    expect(up.inFlight('endpt-a')).toBe(0);
+    // A call that found a Ready replica was not held: no wake to report.
+    const warm = await up.acquire(woken, { hold: 5000, signal: signal() });
+    expect(warm.ok && warm.wake).toBeUndefined();
+    if (warm.ok) warm.lease.release();
+    await up.close();
+  });
+
+  it('a burst at a sleeping endpoint holds maxHeldRequests calls, not more, while its wake is being written', async () => {
+    const w = world();
+    const e = endpoint('endpt-b', 'hibernated', { hibernatedAt: new Date().toISOString() });
+    e.spec.scaling.maxHeldRequests = 2;
+    w.set(e);
+    const up = platformUpstream({ ...w, logger });
+    const burst = Array.from({ length: 5 }, () => up.acquire(e, { hold: 5000, signal: signal() }));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(up.holding('endpt-b')).toBe(2);
+    w.ready('endpt-b', ['http://10.0.0.2:8000']);
+    const got = await Promise.all(burst);
+    expect(got.filter((g) => g.ok)).toHaveLength(2);
+    expect(got.filter((g) => !g.ok && g.reason === 'full')).toHaveLength(3);
+    for (const g of got) if (g.ok) g.lease.release();
+    expect(up.wakesSignalled).toBe(1);
+    await up.close();
+  });
+
+  it('maxHeldRequests 0 holds nothing: `full` at once, and the wake is still signalled', async () => {
+    const w = world();
+    const e = endpoint('endpt-z', 'hibernated', { hibernatedAt: new Date().toISOString() });
+    e.spec.scaling.maxHeldRequests = 0;
+    w.set(e);
+    const up = platformUpstream({ ...w, logger, wakeRetryAfterSeconds: 45 });
+    expect(await up.acquire(e, { hold: 5000, signal: signal() })).toEqual({
+      ok: false,
+      reason: 'full',
+      retryAfter: 45,
+      limit: 0,
+    });
+    expect(up.wakesSignalled).toBe(1);
     await up.close();
   });
 

@@ -65,6 +65,10 @@ export function changes(current: Endpoint, body: EndpointBody): string[] {
     'scaling.minReplicas': body.scaling?.minReplicas ?? 0,
     'scaling.maxReplicas': body.scaling?.maxReplicas ?? 1,
     'scaling.idleTimeoutSeconds': body.scaling?.idleTimeoutSeconds ?? 900,
+    // Compared only when the manifest sets it (left out, the endpoint keeps its value).
+    ...(body.scaling?.maxHeldRequests !== undefined
+      ? { 'scaling.maxHeldRequests': body.scaling.maxHeldRequests }
+      : {}),
     ...(body.name !== undefined ? { name: body.name } : {}),
   };
   const have: Record<string, unknown> = {
@@ -77,6 +81,7 @@ export function changes(current: Endpoint, body: EndpointBody): string[] {
     'scaling.minReplicas': current.scaling.minReplicas,
     'scaling.maxReplicas': current.scaling.maxReplicas,
     'scaling.idleTimeoutSeconds': current.scaling.idleTimeoutSeconds,
+    'scaling.maxHeldRequests': current.scaling.maxHeldRequests,
     name: current.name,
   };
   return Object.entries(want)

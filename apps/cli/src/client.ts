@@ -23,6 +23,8 @@ type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 type PathOf<M extends Method> = {
   [P in keyof paths]: paths[P] extends Record<M, unknown> ? P : never;
 }[keyof paths];
+/** The JSON a successful call of `method path` answers (its 200, 201 or 202 body). */
+export type ResponseOf<M extends Method, P extends PathOf<M>> = Ok<M, P>;
 type Ok<M extends Method, P extends PathOf<M>> = paths[P][M] extends {
   responses: infer R;
 }
@@ -34,6 +36,8 @@ type Ok<M extends Method, P extends PathOf<M>> = paths[P][M] extends {
         ? B
         : unknown
   : unknown;
+/** The JSON body `method path` takes. */
+export type RequestOf<M extends Method, P extends PathOf<M>> = BodyOf<M, P>;
 type BodyOf<M extends Method, P extends PathOf<M>> = paths[P][M] extends {
   requestBody: { content: { 'application/json': infer B } };
 }
@@ -59,9 +63,15 @@ export class Client {
   async call<M extends Method, P extends PathOf<M>>(
     method: M,
     path: P,
-    options: { params?: Record<string, string>; body?: BodyOf<M, P>; headers?: Record<string, string> } = {},
+    options: {
+      params?: Record<string, string>;
+      query?: Record<string, string>;
+      body?: BodyOf<M, P>;
+      headers?: Record<string, string>;
+    } = {},
   ): Promise<{ status: number; data: Ok<M, P>; headers: Headers }> {
-    const res = await this.raw(method, fill(path, options.params), options.body, options.headers);
+    const query = options.query ? `?${new URLSearchParams(options.query)}` : '';
+    const res = await this.raw(method, fill(path, options.params) + query, options.body, options.headers);
     const text = await res.text();
     const data = text ? (JSON.parse(text) as Ok<M, P>) : (undefined as Ok<M, P>);
     return { status: res.status, data, headers: res.headers };

@@ -1,18 +1,25 @@
-// berth: Berth's command-line tool. Exit codes: 0 success; 1 the API refused or could not be
-// reached (its message is printed); 2 usage errors (unknown command or option, bad manifest);
-// 3 an endpoint failed (reason and last log lines printed); 4 not logged in or key refused (401/403);
-// 5 timed out waiting.
+// berth: Berth's command-line tool (the tools, olympus and chronos commands are in their own files).
+// Exit codes: 0 success; 1 the API refused or could not be reached (its message is printed); 2 usage
+// errors (unknown command or option, bad manifest or request file); 3 an endpoint failed (reason and
+// last log lines printed); 4 not logged in or key refused (401/403); 5 timed out waiting.
 import { Command, CommanderError, Option } from 'commander';
+import pkg from '../package.json' with { type: 'json' };
 import { apply, ManifestError } from './apply.ts';
-import { ApiFailure, Client, type Endpoint } from './client.ts';
+import { chatTarget, streamChat } from './chat.ts';
+import { registerChronosCommands } from './chronos.ts';
+import { registerKeyCommands } from './keys.ts';
+import { ApiFailure, Client, type Endpoint, type ResponseOf } from './client.ts';
 import { readConfig, resolve, writeConfig } from './config.ts';
-import { FORMATS, print, type Format } from './output.ts';
+import { registerOlympusCommands } from './olympus.ts';
+import { FORMATS, money, print, when, yesNo, type Format } from './output.ts';
 import { EndpointFailed, follow } from './progress.ts';
+import { registerToolCommands } from './tools.ts';
 
 const EXIT = { api: 1, usage: 2, failed: 3, auth: 4, timeout: 5 } as const;
 
 const program = new Command('berth')
   .description('Provision and call Berth dedicated GPU endpoints')
+  .version(pkg.version, '-V, --version', 'print the version of berth')
   .option('--profile <name>', 'profile from `berth login` (default: the current one; BERTH_PROFILE)')
   .addOption(new Option('-o, --output <format>', 'output format').choices(FORMATS).default('table'))
   .showHelpAfterError()
@@ -185,20 +192,25 @@ endpoints
     for await (const chunk of res.body!) process.stdout.write(chunk);
   });
 
+/** An instance type; `pricePerGpuHour` and `currency` are absent from APIs older than the CLI. */
+type Hardware = ResponseOf<'get', '/api/hardware'>['data'][number] & {
+  pricePerGpuHour?: string;
+  currency?: string;
+};
 program
   .command('hardware')
   .description('Instance types')
   .command('list')
+  .description('Instance types: the id `--gpu-type` takes, GPU memory, GPU counts, price per GPU-hour')
   .action(async () => {
-    const { data } = (await client().call('get', '/api/hardware')).data as {
-      data: Record<string, unknown>[];
-    };
+    const { data } = (await client().call('get', '/api/hardware')).data as { data: Hardware[] };
     print(fmt(), data, {
-      id: (h: Record<string, unknown>) => h.id,
-      gpu: (h: Record<string, unknown>) => h.gpuType,
-      gib: (h: Record<string, unknown>) => h.gpuMemoryGiB,
-      counts: (h: Record<string, unknown>) => String(h.allowedGpuCounts),
-      price: (h: Record<string, unknown>) => h.pricePerGpuHour,
+      id: (h: Hardware) => h.id,
+      gpu: (h: Hardware) => h.displayName ?? h.gpuType,
+      gib: (h: Hardware) => h.gpuMemoryGiB,
+      counts: (h: Hardware) => String(h.allowedGpuCounts),
+      'price/gpu-hour': (h: Hardware) => (h.pricePerGpuHour ? money(h.pricePerGpuHour, h.currency) : ''),
+      available: (h: Hardware) => yesNo(h.available),
     });
   });
 program
@@ -209,70 +221,65 @@ program
     print(fmt(), (await client().call('get', '/api/models')).data.data, { id: (m: { id: string }) => m.id }),
   );
 
-const keys = program.command('keys').description('API keys (a global key is needed)');
-keys
-  .command('create <name>')
-  .addOption(new Option('--scope <scope>').choices(['inference', 'compute', 'global']).default('inference'))
-  .action(async (name: string, o: { scope: 'inference' | 'compute' | 'global' }) => {
-    const k = (await client().call('post', '/api/keys', { body: { name, scope: o.scope } })).data;
-    if (fmt() !== 'table') return print(fmt(), k);
-    process.stdout.write(`${k.value}\n`);
-    process.stderr.write(`key ${k.id} (${k.scope}) created; its value is shown once\n`);
-  });
-keys.command('list').action(async () =>
-  print(fmt(), await client().listAll('/api/keys'), {
-    id: (k: { id: string }) => k.id,
-    name: (k: { name: string }) => k.name,
-    prefix: (k: { prefix: string }) => k.prefix,
-    scope: (k: { scope: string }) => k.scope,
-    state: (k: { state: string }) => k.state,
-  }),
-);
-keys.command('revoke <id>').action(async (k: string) =>
-  print(fmt(), (await client().call('delete', '/api/keys/{id}', id(k))).data, {
-    id: (x: { id: string }) => x.id,
-    state: (x: { state: string }) => x.state,
-  }),
-);
-
 program
-  .command('chat <endpoint> <prompt>')
-  .description('Stream a chat completion from a dedicated endpoint (needs an inference or global key)')
+  .command('chat')
+  .description(
+    'Stream a chat completion from a dedicated endpoint (endpt-…) or a catalog model (berth models list); needs an inference or global key',
+  )
+  .usage('<endpoint-id|model> <prompt>  |  --model <model> <prompt>')
+  .argument('<target>', 'an endpoint id (endpt-…) or a catalog model; with --model, the prompt')
+  .argument('[prompt]', 'the user message')
+  .option('-m, --model <model>', 'a catalog model, or auto to let Olympus choose')
   .option('--max-tokens <n>', 'maximum tokens', '256')
-  .action(async (endpoint: string, prompt: string, o: { maxTokens: string }) => {
-    const c = client();
-    const res = await c.raw('post', `/api/d/${encodeURIComponent(endpoint)}/chat/completions`, {
-      messages: [{ role: 'user', content: prompt }],
-      stream: true,
-      max_tokens: Number(o.maxTokens),
-    });
-    let buffer = '';
-    for await (const chunk of res.body!.pipeThrough(new TextDecoderStream())) {
-      buffer += chunk;
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
-        const line = buffer.slice(0, nl).trim();
-        buffer = buffer.slice(nl + 1);
-        if (!line.startsWith('data:')) continue;
-        const data = line.slice(5).trim();
-        if (data === '[DONE]') return void process.stdout.write('\n');
-        const frame = JSON.parse(data) as {
-          error?: { message: string };
-          choices?: { delta?: { content?: string } }[];
-        };
-        if (frame.error) throw new ApiFailure(500, frame.error.message);
-        process.stdout.write(frame.choices?.[0]?.delta?.content ?? '');
-      }
-    }
+  .action(async (first: string, second: string | undefined, o: { model?: string; maxTokens: string }) => {
+    const usage = (message: string) => new CommanderError(EXIT.usage, 'usage', `error: ${message}`);
+    if (o.model !== undefined && second !== undefined)
+      throw usage('with --model, give only the prompt: berth chat --model <model> <prompt>');
+    if (o.model === undefined && second === undefined)
+      throw usage('a prompt is needed: berth chat <endpoint-id|model> <prompt>');
+    const target = o.model !== undefined ? chatTarget({ model: o.model }) : chatTarget({ endpoint: first });
+    await streamChat(client(), target, second ?? first, Number(o.maxTokens));
   });
 
 const billing = program.command('billing').description('Balance and invoices (a global key is needed)');
+type Balance = ResponseOf<'get', '/api/billing/balance'>;
 billing
   .command('balance')
-  .action(async () => print(fmt(), (await client().call('get', '/api/billing/balance')).data));
+  .description('Prepaid balance, whether the account was ever credited, free Elastic queries left')
+  .action(async () =>
+    print(fmt(), (await client().call('get', '/api/billing/balance')).data, {
+      balance: (b: Balance) => money(b.balance, b.currency),
+      paid: (b: Balance) => yesNo(b.paid),
+      'free queries': (b: Balance) => b.freeQueriesRemaining,
+    }),
+  );
+type Invoices = ResponseOf<'get', '/api/billing/invoices'>;
+type InvoiceRow = Omit<Invoices['data'][number], 'id' | 'issuedAt' | 'status'> & {
+  id: string;
+  status: string;
+  issuedAt: string | null;
+};
 billing
   .command('invoices')
-  .action(async () => print(fmt(), (await client().call('get', '/api/billing/invoices')).data));
+  .description('Weekly invoices of dedicated GPU time, the running week first (-o yaml shows its lines)')
+  .action(async () => {
+    const invoices = (await client().call('get', '/api/billing/invoices')).data;
+    if (fmt() !== 'table') return print(fmt(), invoices);
+    const rows: InvoiceRow[] = [{ ...invoices.upcoming, id: '', issuedAt: null }, ...invoices.data];
+    print(fmt(), rows, {
+      id: (i: InvoiceRow) => i.id,
+      status: (i: InvoiceRow) => i.status,
+      period: (i: InvoiceRow) => `${i.periodStart.slice(0, 10)} – ${i.periodEnd.slice(0, 10)}`,
+      total: (i: InvoiceRow) => money(i.total, i.currency),
+      issued: (i: InvoiceRow) => when(i.issuedAt),
+    });
+  });
+
+const context = { client, format: fmt };
+registerKeyCommands(program, context);
+registerToolCommands(program, context);
+registerOlympusCommands(program, context);
+registerChronosCommands(program, context);
 
 program
   .command('completion <shell>')

@@ -29,3 +29,14 @@ export function print(
     [colour(1, line(names.map((n) => n.toUpperCase()))), ...cells.map(line)].join('\n') + '\n',
   );
 }
+
+/** An amount as the API writes it ("0.800000"), for reading: trailing zeros dropped down to two decimals ("0.80"). */
+export function money(amount: string, currency?: string | null): string {
+  const short = amount.replace(/(\.\d{2}\d*?)0+$/, '$1');
+  return currency ? `${short} ${currency}` : short;
+}
+
+export const yesNo = (v: boolean) => (v ? 'yes' : 'no');
+
+/** An ISO 8601 time for a table, in the offset it is written with: "2026-11-23 03:00". */
+export const when = (iso: string | null | undefined) => (iso ? iso.slice(0, 16).replace('T', ' ') : '');

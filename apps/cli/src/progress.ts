@@ -1,6 +1,9 @@
 // Following an endpoint through PROVISIONING → ONLINE: on a terminal a spinner with the elapsed
 // time, the label and the current reason on one line; otherwise (logs, CI, tests) one line per
-// change. A failure prints the reason, the message and the last lines of the endpoint's logs.
+// change. A wake names its stage as the dashboard does, and ends with its receipt. A failure prints
+// the reason, the message and the last lines of the endpoint's logs.
+// The words for a wake are the dashboard's own (./wake-text.ts, which the dashboard imports).
+import { receiptText, stageText } from './wake-text.ts';
 import type { Client, Endpoint } from './client.ts';
 import { colour } from './output.ts';
 
@@ -18,6 +21,7 @@ export async function follow(
   const started = Date.now();
   let last = '';
   let frame = 0;
+  let woke = false;
   const elapsed = () => `${Math.round((Date.now() - started) / 1000)}s`;
   for (;;) {
     let e: Endpoint | undefined;
@@ -33,11 +37,17 @@ export async function follow(
     }
     // A change not yet acted on (a new generation) still shows the old status: keep waiting.
     const current = e.observedGeneration === null || e.observedGeneration >= e.generation;
-    const state = `${e.label}${e.reason ? ` (${e.reason})` : ''}`;
+    const wake = e.wake?.inProgress ? e.wake : undefined;
+    if (wake || e.status === 'waking' || e.status === 'hibernated') woke = true;
+    // A wake's own age (it may have begun before this command), else the time this command waited.
+    const since = () =>
+      typeof wake?.elapsedSeconds === 'number' ? `${Math.round(wake.elapsedSeconds)}s` : elapsed();
+    // Asked to wake, a sleeping endpoint is waking already (the operator has yet to say so).
+    const state = wake ? `WAKING UP (${stageText(wake)})` : `${e.label}${e.reason ? ` (${e.reason})` : ''}`;
     if (tty) {
-      err.write(`\r\x1b[K${FRAMES[frame++ % FRAMES.length]} ${id}: ${state} ${elapsed()}`);
+      err.write(`\r\x1b[K${FRAMES[frame++ % FRAMES.length]} ${id}: ${state} ${since()}`);
     } else if (state !== last) {
-      err.write(`${id}: ${state} ${elapsed()}\n`);
+      err.write(`${id}: ${state} ${since()}\n`);
     }
     last = state;
     if (current && e.status === 'failed') {
@@ -54,6 +64,10 @@ export async function follow(
     if (opts.until === 'up' && current && e.status === 'up') {
       if (tty) err.write('\r\x1b[K');
       err.write(`${colour(32, '✓', err)} ${id}: ONLINE after ${elapsed()}\n`);
+      if (woke && e.wake && !e.wake.inProgress) {
+        const r = receiptText(e.wake);
+        err.write(`  woke in ${r.summary}: ${r.stages}\n`);
+      }
       return e;
     }
     if (Date.now() - started > opts.timeoutSeconds * 1000) {

@@ -1,5 +1,8 @@
-// Options of the simulator and their parsing from `vllm serve`-style arguments plus SIM_* environment
-// variables. Pure: no I/O, so the CLI, the programmatic API and the tests share one definition.
+// Options of the simulator: their table (flags, SIM_* environment variables, the README), defaults,
+// checks and the knobs a running simulator lets you change. Pure: no I/O, so the CLI, the
+// programmatic API and the tests share one definition; the argument parser is ./args.ts.
+
+import { VLLM_VERSION } from './vllm-flags.ts';
 
 export type StartupFailure = 'oom' | 'gated';
 
@@ -21,6 +24,14 @@ export interface EngineSimOptions {
    * weights cached and pay only `startupDelayMs` (loading). 0: no cache model (the default).
    */
   weightsDownloadMs: number;
+  /**
+   * torch.compile and CUDA-graph capture on a start whose vLLM compile cache ($VLLM_CACHE_ROOT, else
+   * ~/.cache/vllm) holds nothing for the model; the start leaves its artifacts for the next one.
+   * 0: no compile stage (the default).
+   */
+  compileMs: number;
+  /** The compile stage when the cache holds the model's artifacts (a fifth of a cold one on GPUs). */
+  compileCachedMs: number;
   ttftMs: number;
   itlMs: number;
   /** Tokens generated when the request does not ask for fewer (the "natural" answer length). */
@@ -71,6 +82,8 @@ export const defaultOptions: EngineSimOptions = {
   maxNumSeqs: 256,
   startupDelayMs: 0,
   weightsDownloadMs: 0,
+  compileMs: 0,
+  compileCachedMs: 0,
   ttftMs: 50,
   itlMs: 20,
   outputTokens: 64,
@@ -92,9 +105,9 @@ export const defaultOptions: EngineSimOptions = {
   embeddingDimensions: 384,
 };
 
-type Kind = 'string' | 'int' | 'number' | 'bool' | 'list' | 'failure' | 'status' | 'nullableInt';
+export type Kind = 'string' | 'int' | 'number' | 'bool' | 'list' | 'failure' | 'status' | 'nullableInt';
 
-interface Knob {
+export interface Knob {
   key: keyof EngineSimOptions;
   flag: string;
   env: string | null;
@@ -110,12 +123,9 @@ export const knobs: readonly Knob[] = [
   { key: 'maxModelLen', flag: '--max-model-len', env: 'SIM_MAX_MODEL_LEN', kind: 'int' },
   { key: 'maxNumSeqs', flag: '--max-num-seqs', env: 'SIM_MAX_NUM_SEQS', kind: 'int' },
   { key: 'startupDelayMs', flag: '--startup-delay-ms', env: 'SIM_STARTUP_DELAY_MS', kind: 'int' },
-  {
-    key: 'weightsDownloadMs',
-    flag: '--weights-download-ms',
-    env: 'SIM_WEIGHTS_DOWNLOAD_MS',
-    kind: 'int',
-  },
+  { key: 'weightsDownloadMs', flag: '--weights-download-ms', env: 'SIM_WEIGHTS_DOWNLOAD_MS', kind: 'int' },
+  { key: 'compileMs', flag: '--compile-ms', env: 'SIM_COMPILE_MS', kind: 'int' },
+  { key: 'compileCachedMs', flag: '--compile-cached-ms', env: 'SIM_COMPILE_CACHED_MS', kind: 'int' },
   { key: 'ttftMs', flag: '--ttft-ms', env: 'SIM_TTFT_MS', kind: 'int' },
   { key: 'itlMs', flag: '--itl-ms', env: 'SIM_ITL_MS', kind: 'int' },
   {
@@ -167,161 +177,7 @@ export const knobs: readonly Knob[] = [
   { key: 'simAdmin', flag: '--sim-admin', env: 'SIM_ADMIN', kind: 'bool' },
 ];
 
-// vLLM flags that never take a value; every other unknown `--flag` consumes the next argument unless
-// that argument starts with `--` (or the flag is written `--flag=value`).
-const vllmBooleanFlags = new Set([
-  '--trust-remote-code',
-  '--enforce-eager',
-  '--disable-log-requests',
-  '--disable-log-stats',
-  '--enable-chunked-prefill',
-  '--no-enable-chunked-prefill',
-  '--enable-auto-tool-choice',
-  '--disable-custom-all-reduce',
-  '--enable-lora',
-  '--disable-fastapi-docs',
-  '--enable-log-requests',
-  '--disable-frontend-multiprocessing',
-  '--enable-server-load-tracking',
-  '--headless',
-  '--no-enable-log-requests',
-  '--disable-uvicorn-access-log',
-  '--enable-sleep-mode',
-  '--skip-tokenizer-init',
-  '--enable-expert-parallel',
-]);
-
 export class ConfigError extends Error {}
-
-export interface ParsedArgs {
-  options: EngineSimOptions;
-  /** Unknown vLLM flags, accepted and ignored; logged at start-up. */
-  ignored: string[];
-  help: boolean;
-}
-
-function convert(knob: Knob, raw: string, source: string): unknown {
-  switch (knob.kind) {
-    case 'string':
-      return raw;
-    case 'list':
-      return raw
-        .split(/[\s,]+/)
-        .map((s) => s.trim())
-        .filter(Boolean);
-    case 'int':
-    case 'nullableInt': {
-      if (knob.kind === 'nullableInt' && (raw === 'none' || raw === '')) return null;
-      if (!/^\d+$/.test(raw))
-        throw new ConfigError(`${source}: expected a non-negative integer, got '${raw}'`);
-      return Number(raw);
-    }
-    case 'number': {
-      if (!/^(\d+(\.\d*)?|\.\d+)$/.test(raw))
-        throw new ConfigError(`${source}: expected a non-negative number, got '${raw}'`);
-      return Number(raw);
-    }
-    case 'bool': {
-      if (/^(1|true|yes|on)$/i.test(raw)) return true;
-      if (/^(0|false|no|off)$/i.test(raw)) return false;
-      throw new ConfigError(`${source}: expected true or false, got '${raw}'`);
-    }
-    case 'failure': {
-      if (raw === '' || raw === 'none') return null;
-      if (raw === 'oom' || raw === 'gated') return raw;
-      throw new ConfigError(`${source}: expected oom, gated or none, got '${raw}'`);
-    }
-    case 'status': {
-      if (raw === '' || raw === 'none') return null;
-      const n = Number(raw);
-      if (!Number.isInteger(n) || n < 400 || n > 599)
-        throw new ConfigError(`${source}: expected an HTTP status 400-599, got '${raw}'`);
-      return n;
-    }
-  }
-}
-
-function assign(options: EngineSimOptions, knob: Knob, value: unknown): void {
-  (options as unknown as Record<string, unknown>)[knob.key] = value;
-}
-
-/** Parses `vllm serve` arguments over SIM_* environment variables over the defaults. */
-export function parseArgs(
-  argv: readonly string[],
-  env: Readonly<Record<string, string | undefined>>,
-): ParsedArgs {
-  const options: EngineSimOptions = { ...defaultOptions, servedModelNames: [] };
-  const ignored: string[] = [];
-  let help = false;
-
-  for (const knob of knobs) {
-    const raw = knob.env === null ? undefined : env[knob.env];
-    if (raw !== undefined && raw !== '') assign(options, knob, convert(knob, raw, knob.env!));
-  }
-
-  const byFlag = new Map(knobs.map((k) => [k.flag, k]));
-  const positional: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '-h' || arg === '--help') {
-      help = true;
-      continue;
-    }
-    if (arg === 'serve' && i === 0) continue; // `engine-sim serve <model>` reads like `vllm serve <model>`
-    if (!arg.startsWith('--')) {
-      positional.push(arg);
-      continue;
-    }
-    const eq = arg.indexOf('=');
-    const flag = eq === -1 ? arg : arg.slice(0, eq);
-    const knob = byFlag.get(flag);
-    const next = argv[i + 1];
-    const nextIsValue = next !== undefined && !next.startsWith('--');
-    if (knob) {
-      if (knob.kind === 'bool' && eq === -1) {
-        // `--hang` alone means true; `--hang false` is accepted too.
-        if (nextIsValue && /^(0|1|true|false|yes|no|on|off)$/i.test(next)) {
-          assign(options, knob, convert(knob, next, flag));
-          i++;
-        } else assign(options, knob, true);
-        continue;
-      }
-      if (knob.kind === 'list' && eq === -1) {
-        // vLLM's --served-model-name takes one or more names.
-        const names: string[] = [];
-        while (argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) names.push(argv[++i]!);
-        if (names.length === 0) throw new ConfigError(`${flag} needs a value`);
-        assign(options, knob, names);
-        continue;
-      }
-      let raw: string;
-      if (eq !== -1) raw = arg.slice(eq + 1);
-      else if (next !== undefined) {
-        raw = next;
-        i++;
-      } else throw new ConfigError(`${flag} needs a value`);
-      assign(options, knob, convert(knob, raw, flag));
-      continue;
-    }
-    const negated = flag.startsWith('--no-') ? byFlag.get('--' + flag.slice('--no-'.length)) : undefined;
-    if (negated?.kind === 'bool' && eq === -1) {
-      // `--no-enable-prefix-caching`, `--no-sim-headers`: vLLM's negative form of a boolean flag.
-      assign(options, negated, false);
-      continue;
-    }
-    // An unknown vLLM flag: accept and ignore, with its value if it has one.
-    if (eq === -1 && !vllmBooleanFlags.has(flag) && nextIsValue) {
-      ignored.push(`${flag} ${next}`);
-      i++;
-    } else ignored.push(arg);
-  }
-
-  if (positional.length > 1) throw new ConfigError(`unexpected arguments: ${positional.slice(1).join(' ')}`);
-  if (positional[0] !== undefined) options.model = positional[0];
-  if (options.servedModelNames.length === 0) options.servedModelNames = [options.model];
-  validate(options);
-  return { options, ignored, help };
-}
 
 /** Fills in defaults for programmatic callers and checks ranges. */
 export function resolveOptions(partial: Partial<EngineSimOptions>): EngineSimOptions {
@@ -332,7 +188,7 @@ export function resolveOptions(partial: Partial<EngineSimOptions>): EngineSimOpt
   return options;
 }
 
-function validate(o: EngineSimOptions): void {
+export function validate(o: EngineSimOptions): void {
   if (o.port > 65535) throw new ConfigError(`--port must be at most 65535, got ${o.port}`);
   if (o.maxModelLen < 2) throw new ConfigError(`--max-model-len must be at least 2, got ${o.maxModelLen}`);
   if (o.maxNumSeqs < 1) throw new ConfigError(`--max-num-seqs must be at least 1, got ${o.maxNumSeqs}`);
@@ -428,7 +284,8 @@ export function usage(): string {
   const lines = [
     'usage: engine-sim [serve] [MODEL] [--model ID] [--port N] [--host ADDR] [options]',
     '',
-    'A vLLM-compatible engine simulator. Unknown vLLM flags are accepted and ignored.',
+    `A vLLM-compatible engine simulator. The options of vLLM v${VLLM_VERSION} it does not model are accepted`,
+    'and ignored; an option vLLM does not have is refused as vLLM refuses it (exit status 2).',
     '',
   ];
   for (const k of knobs) {

@@ -6,7 +6,6 @@ import { serve, type EngineSimHandle, type ServeOptions } from './server.ts';
 
 export {
   defaultOptions,
-  parseArgs,
   resolveOptions,
   usage,
   ConfigError,
@@ -14,6 +13,7 @@ export {
   type EngineSimOptions,
   type RuntimeKnobs,
 } from './config.ts';
+export { parseArgs } from './args.ts';
 export { StartupError, SIM_VERSION, type EngineSimHandle, type ServeOptions } from './server.ts';
 export { countTokens, chatPrompt, completionPrompt, generateText, seedFor } from './text.ts';
 export { parseCallScript } from './tools.ts';
@@ -33,9 +33,9 @@ export interface StartEngineSimOptions extends Partial<EngineSimOptions>, ServeO
  * StartupError.
  */
 export async function startEngineSim(options: StartEngineSimOptions = {}): Promise<EngineSimHandle> {
-  const { waitReady = true, log, hfToken, ...rest } = options;
+  const { waitReady = true, log, hfToken, env, ...rest } = options;
   const resolved = resolveOptions({ host: '127.0.0.1', port: 0, ...rest });
-  const serveOptions: ServeOptions = { log };
+  const serveOptions: ServeOptions = { log, env };
   if ('hfToken' in options) serveOptions.hfToken = hfToken;
   const handle = await serve(resolved, serveOptions);
   if (waitReady) await handle.ready;

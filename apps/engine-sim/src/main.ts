@@ -1,6 +1,7 @@
 // CLI: `engine-sim [serve] <model> [--port 8000] [...vllm flags]`, exiting as vLLM would.
 
-import { ConfigError, parseArgs, usage } from './config.ts';
+import { ModelFlagError, parseArgs, UsageError } from './args.ts';
+import { ConfigError, usage } from './config.ts';
 import { serve, StartupError } from './server.ts';
 import { vllmLogLine } from './errors.ts';
 
@@ -11,6 +12,15 @@ async function main(): Promise<void> {
   try {
     parsed = parseArgs(process.argv.slice(2), process.env);
   } catch (err) {
+    if (err instanceof UsageError) {
+      // as vLLM's argparse: the usage line, `<prog>: error: <message>`, exit status 2
+      process.stderr.write(err.stderr);
+      process.exit(2);
+    }
+    if (err instanceof ModelFlagError) {
+      process.stderr.write(err.stderr);
+      process.exit(1);
+    }
     if (err instanceof ConfigError) {
       process.stderr.write(`engine-sim: error: ${err.message}\n`);
       process.exit(2);

@@ -2,9 +2,6 @@
 // draining shutdown. Requests are validated in requests.ts and run by the engine (engine.ts).
 
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
-import path from 'node:path';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
@@ -28,6 +25,7 @@ import {
 import { methodNotAllowed, notFound, readBody, sendError, sendJson } from './http.ts';
 import type { EngineMetrics } from './metrics.ts';
 import { parseEmbeddings, parseGeneration, parseResponses, planFor } from './requests.ts';
+import { startUp, type StartEnv } from './startup.ts';
 
 const ROUTES = [
   '/health',
@@ -69,6 +67,11 @@ export interface EngineSimHandle {
   configure(patch: Partial<RuntimeKnobs>): RuntimeKnobs;
   /** Empties the prefix cache (as POST /reset_prefix_cache does). */
   resetPrefixCache(): void;
+  /**
+   * The W3C `traceparent` of the last generation and embedding requests that carried one (the parent
+   * vLLM's `llm_request` span takes with --otlp-traces-endpoint), oldest first, the last 100.
+   */
+  readonly traceparents: readonly string[];
   /** Stop accepting, let in-flight requests finish within the grace period, then cut the rest. */
   close(graceMs?: number): Promise<void>;
 }
@@ -78,6 +81,12 @@ export interface ServeOptions {
   log?: (line: string) => void;
   /** Hugging Face token the "download" sees; defaults to HF_TOKEN / HUGGING_FACE_HUB_TOKEN. */
   hfToken?: string | undefined;
+  /**
+   * The environment the start-up reads its caches and hub from (HF_HOME, HF_ENDPOINT, HF_TOKEN,
+   * VLLM_CACHE_ROOT); defaults to the process's. Several simulators in one process standing for pods
+   * on different nodes each see their own node's cache this way.
+   */
+  env?: StartEnv;
 }
 
 export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}): Promise<EngineSimHandle> {
@@ -88,6 +97,7 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
 
   let loaded = false;
   let draining = false;
+  const traceparents: string[] = [];
 
   const modelsBody = () =>
     JSON.stringify({
@@ -161,6 +171,10 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
       case '/v1/embeddings': {
         if (method !== 'POST') return methodNotAllowed(res);
         if (!loaded) return sendError(res, notReady());
+        if (typeof req.headers.traceparent === 'string') {
+          traceparents.push(req.headers.traceparent);
+          if (traceparents.length > 100) traceparents.shift();
+        }
         return readBody(req, res, (raw) => {
           const arrivedAt = performance.now();
           if (!engine.admit(res)) return;
@@ -241,68 +255,25 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
     vllmLogLine('INFO', 'api_server.py:1951', `Starting vLLM API server 0 on http://${urlHost}:${addr.port}`),
   );
 
-  // The weight cache: a marker where vLLM's hub cache keeps the model's files. Missing: this start
-  // downloads (weightsDownloadMs) and leaves it for the next start on this node.
-  let startupMs = o.startupDelayMs;
-  let cacheMarker: string | null = null;
-  if (o.weightsDownloadMs > 0) {
-    const hfHome = process.env.HF_HOME ?? path.join(homedir(), '.cache', 'huggingface');
-    const dir = path.join(hfHome, 'hub', `models--${o.model.replaceAll('/', '--')}`);
-    cacheMarker = path.join(dir, 'engine-sim-weights');
-    if (existsSync(cacheMarker)) {
-      log(vllmLogLine('INFO', 'weight_utils.py:254', `Using model weights cached in ${dir}`));
-      cacheMarker = null;
-    } else {
-      log(vllmLogLine('INFO', 'weight_utils.py:241', `Downloading model weights of ${o.model} to ${dir}`));
-      startupMs += o.weightsDownloadMs;
+  // Weights (cached on the node, or downloaded once per node), compile (cached or not), loading:
+  // ./startup.ts. Then the start-up failures vLLM reports at that point.
+  const starting = new AbortController();
+  const env = serveOptions.env ?? process.env;
+  const ready = startUp(o, log, starting.signal, env).then(() => {
+    const hfToken =
+      'hfToken' in serveOptions ? serveOptions.hfToken : (env.HF_TOKEN ?? env.HUGGING_FACE_HUB_TOKEN);
+    let failure: StartupError | null = null;
+    if (o.failStartup === 'oom') failure = new StartupError('oom', cudaOomMessage());
+    else if (o.failStartup === 'gated' || (o.requireHfToken !== null && hfToken !== o.requireHfToken))
+      failure = new StartupError('gated', gatedRepoMessage(o.model));
+    if (failure) {
+      server.close();
+      server.closeAllConnections();
+      throw failure;
     }
-  }
-  const started = performance.now();
-
-  let startupTimer: NodeJS.Timeout | null = null;
-  const ready = new Promise<void>((resolve, reject) => {
-    startupTimer = setTimeout(() => {
-      startupTimer = null;
-      if (cacheMarker) {
-        try {
-          mkdirSync(path.dirname(cacheMarker), { recursive: true });
-          writeFileSync(cacheMarker, `${o.model}\n`);
-        } catch (err) {
-          log(
-            vllmLogLine(
-              'WARNING',
-              'weight_utils.py:260',
-              `Could not cache the weights: ${(err as Error).message}`,
-            ),
-          );
-        }
-      }
-      if (o.weightsDownloadMs > 0)
-        log(
-          vllmLogLine(
-            'INFO',
-            'default_loader.py:262',
-            `Loading weights took ${((performance.now() - started) / 1000).toFixed(2)} seconds`,
-          ),
-        );
-      const hfToken =
-        'hfToken' in serveOptions
-          ? serveOptions.hfToken
-          : (process.env.HF_TOKEN ?? process.env.HUGGING_FACE_HUB_TOKEN);
-      let failure: StartupError | null = null;
-      if (o.failStartup === 'oom') failure = new StartupError('oom', cudaOomMessage());
-      else if (o.failStartup === 'gated' || (o.requireHfToken !== null && hfToken !== o.requireHfToken))
-        failure = new StartupError('gated', gatedRepoMessage(o.model));
-      if (failure) {
-        server.close();
-        server.closeAllConnections();
-        return reject(failure);
-      }
-      loaded = true;
-      log(vllmLogLine('INFO', 'launcher.py:29', `Available routes are: ${ROUTES.join(', ')}`));
-      log('INFO:     Application startup complete.\n');
-      resolve();
-    }, startupMs);
+    loaded = true;
+    log(vllmLogLine('INFO', 'launcher.py:29', `Available routes are: ${ROUTES.join(', ')}`));
+    log('INFO:     Application startup complete.\n');
   });
   ready.catch(() => {}); // callers that never await `ready` must not see an unhandled rejection
 
@@ -310,7 +281,7 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
   function close(graceMs = o.shutdownGraceMs): Promise<void> {
     if (closing) return closing;
     draining = true;
-    if (startupTimer) clearTimeout(startupTimer);
+    starting.abort();
     closing = (async () => {
       const closed = new Promise<void>((r) => server.close(() => r()));
       server.closeIdleConnections();
@@ -330,6 +301,7 @@ export async function serve(o: EngineSimOptions, serveOptions: ServeOptions = {}
     metrics: engine.metrics,
     configure,
     resetPrefixCache: () => engine.prefixCache.reset(),
+    traceparents,
     close,
   };
 }

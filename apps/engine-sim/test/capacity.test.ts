@@ -2,7 +2,8 @@
 // on a running replica: PATCH /sim/config and handle.configure().
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, parseArgs } from '../src/config.ts';
+import { parseArgs } from '../src/args.ts';
+import { ConfigError } from '../src/config.ts';
 import { eventually, openStream, request, sample, scrape, sim } from './helpers.ts';
 
 const chat = { model: 'test/model', messages: [{ role: 'user', content: 'hi' }] };

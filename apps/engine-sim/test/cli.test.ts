@@ -2,12 +2,12 @@
 import { spawn } from 'node:child_process';
 import http from 'node:http';
 import { describe, expect, it } from 'vitest';
-import { parseArgs } from '../src/config.ts';
+import { parseArgs } from '../src/args.ts';
 import { countTokens, generateText } from '../src/text.ts';
 import { cli, eventually, openStream, repoRoot, request, spawnCli } from './helpers.ts';
 
 describe('argument parsing', () => {
-  it('reads a positional model, vLLM flags and ignores unknown vLLM flags', () => {
+  it('reads a positional model, vLLM flags and ignores the vLLM flags it does not model', () => {
     const { options, ignored } = parseArgs(
       [
         'meta-llama/Llama-3.1-8B-Instruct',

@@ -17,6 +17,8 @@ type Body<P extends keyof paths, M extends Method> = paths[P][M] extends { reque
 export type SessionInfo = Answer<'/auth/session', 'get'>;
 export type ApiKey = Answer<'/api/keys', 'get'>['data'][number];
 export type CreatedKey = Answer<'/api/keys', 'post'>;
+export type RotatedKey = Answer<'/api/keys/{id}/rotate', 'post'>;
+export type KeyChange = Body<'/api/keys/{id}', 'patch'>;
 export type Scope = ApiKey['scope'];
 export type Endpoint = Answer<'/api/endpoints/{id}', 'get'>;
 export type Status = Endpoint['status'];
@@ -99,6 +101,10 @@ export const api = {
   logout: () => call('/auth/logout', send('POST')),
   keys: () => everyPage<ApiKey>('/api/keys'),
   createKey: (body: Body<'/api/keys', 'post'>) => json<CreatedKey>('/api/keys', send('POST', body)),
+  updateKey: (id: string, body: KeyChange) =>
+    json<ApiKey>(`/api/keys/${encodeURIComponent(id)}`, send('PATCH', body)),
+  rotateKey: (id: string, body: Body<'/api/keys/{id}/rotate', 'post'>) =>
+    json<RotatedKey>(`/api/keys/${encodeURIComponent(id)}/rotate`, send('POST', body)),
   revokeKey: (id: string) =>
     json<Answer<'/api/keys/{id}', 'delete'>>(`/api/keys/${encodeURIComponent(id)}`, send('DELETE')),
   endpoints: () => everyPage<Endpoint>('/api/endpoints'),

@@ -1,6 +1,6 @@
-import { useEffect, useRef, useState, type MouseEvent, type ReactNode } from 'react';
+import { useEffect, useId, useRef, useState, type MouseEvent, type ReactNode } from 'react';
 import { navigate } from './router.ts';
-import type { Label } from './api.ts';
+import { api, type Hardware, type Label } from './api.ts';
 
 export function StatusLabel({ label }: { label: Label }) {
   return <span className={`status status-${label.replace(' ', '-').toLowerCase()}`}>{label}</span>;
@@ -32,6 +32,80 @@ export function CopyValue(props: { value: string; label: string }) {
       </button>
     </div>
   );
+}
+
+/**
+ * The question a destructive action asks first (terminate an endpoint, revoke a key). It takes the
+ * focus when it opens, so it is scrolled into view and read out even when it opens far from the
+ * button that asked it (a long list of keys, a narrow screen).
+ */
+export function Confirm(props: {
+  title: string;
+  children: ReactNode;
+  action: string;
+  onConfirm(): void;
+  onCancel(): void;
+}) {
+  const id = useId();
+  const box = useRef<HTMLDivElement>(null);
+  useEffect(() => box.current?.focus(), []);
+  return (
+    <div
+      role="alertdialog"
+      aria-labelledby={`${id}-title`}
+      aria-describedby={`${id}-text`}
+      className="card confirm"
+      tabIndex={-1}
+      ref={box}
+    >
+      <h2 id={`${id}-title`}>{props.title}</h2>
+      <p id={`${id}-text`}>{props.children}</p>
+      <button type="button" className="danger" onClick={props.onConfirm}>
+        {props.action}
+      </button>
+      <button type="button" className="secondary" onClick={props.onCancel}>
+        Cancel
+      </button>
+    </div>
+  );
+}
+
+/**
+ * A table that scrolls sideways inside its own box on a narrow screen instead of widening the page.
+ * Focusable, so keyboard users can scroll it too.
+ */
+export function TableScroll(props: { label: string; children: ReactNode }) {
+  return (
+    <div className="table-scroll" role="region" aria-label={props.label} tabIndex={0}>
+      {props.children}
+    </div>
+  );
+}
+
+// The catalog is fixed for the API's life: one request per page load, shared by every page.
+let catalog: Promise<Hardware[]> | undefined;
+
+/** GET /api/hardware, once; `data` is null until it answers. */
+export function useHardware(): { data: Hardware[] | null; error: string | null } {
+  const [state, setState] = useState<{ data: Hardware[] | null; error: string | null }>({
+    data: null,
+    error: null,
+  });
+  useEffect(() => {
+    let stopped = false;
+    catalog ??= api.hardware().then((h) => h.data);
+    catalog.then(
+      (data) => !stopped && setState({ data, error: null }),
+      (e: Error) => {
+        catalog = undefined; // the next page tries again
+        if (!stopped) setState({ data: null, error: e.message });
+      },
+    );
+    return () => {
+      stopped = true;
+    };
+  }, []);
+  return state;
 }
 
 export function ErrorText({ error }: { error: string | null }) {

@@ -1,4 +1,4 @@
-import type { Catalog, DedicatedEndpoint, StartTiming } from '@berth/crds';
+import type { Catalog, DedicatedEndpoint, StartTiming, WakeReceipt } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { ReconcilerConfig } from './config.ts';
 import { errorText } from './error-text.ts';
@@ -47,6 +47,8 @@ export interface ControllerOptions {
     outcome?(outcome: Outcome): void;
     decision?(ep: DedicatedEndpoint, decision: Decision): void;
     start?(timing: StartTiming): void;
+    /** A wake completed: its receipt, once. */
+    wake?(receipt: WakeReceipt): void;
   };
 }
 
@@ -65,11 +67,11 @@ export interface Controller<R extends ControlledRuntime> {
 /**
  * Starts the loop over the runtime `build` makes. The runtime needs the queue (its watches enqueue
  * keys) and the queue's handler needs the runtime: `build` gets `enqueue`, and keys it enqueues
- * before it returns are held until then.
+ * before it returns are held until then. `urgent` (a wake requested: wakePending) goes first.
  */
 export function startController<R extends ControlledRuntime>(
   o: ControllerOptions,
-  build: (enqueue: (key: string) => void) => R,
+  build: (enqueue: (key: string, urgent?: boolean) => void) => R,
 ): Controller<R> {
   const { config, log } = o;
   const preflight: PreflightOptions | undefined =
@@ -107,7 +109,7 @@ export function startController<R extends ControlledRuntime>(
     },
   );
 
-  const rt = build((key) => (bound ? queue.add(key) : early.push(key)));
+  const rt = build((key, urgent) => (bound ? queue.add(key, urgent) : early.push(key)));
   bound = {
     runtime: rt,
     deps: {
@@ -133,6 +135,7 @@ export function startController<R extends ControlledRuntime>(
       ...(o.now ? { now: o.now } : {}),
       ...(o.observer?.decision ? { onDecision: o.observer.decision } : {}),
       ...(o.observer?.start ? { onStart: o.observer.start } : {}),
+      ...(o.observer?.wake ? { onWake: o.observer.wake } : {}),
     },
   };
   for (const key of early.splice(0)) queue.add(key);

@@ -266,3 +266,12 @@ function latest(a: Date | undefined, b: Date | undefined): Date | undefined {
 function readyMessage(n: number): string {
   return `${n} replica${n === 1 ? '' : 's'} ready`;
 }
+
+/**
+ * A sleeping endpoint with a wake request it has not acted on (the condition the phase machine wakes
+ * on): its key goes first in the work queue.
+ */
+export function wakePending(ep: Pick<DedicatedEndpoint, 'metadata' | 'status'> | undefined): boolean {
+  const requested = ep?.metadata.annotations?.[ANNOTATION_WAKE_REQUESTED];
+  return !!ep?.status?.hibernatedAt && requested !== undefined && requested !== ep.status.wakeRequestSeen;
+}

@@ -44,15 +44,25 @@ export class WorkQueue {
     return this.pending.length;
   }
 
-  add(key: string): void {
+  /**
+   * Queues the key (once). `urgent` puts it first, ahead of keys queued before it, and moves it to
+   * the front when it is queued already: a wake must not wait behind a resync of every endpoint.
+   */
+  add(key: string, urgent = false): void {
     if (this.stopped) return;
     if (this.active.has(key)) {
       this.dirty.add(key);
       return;
     }
-    if (this.queued.has(key)) return;
+    if (this.queued.has(key)) {
+      if (!urgent || this.pending[0] === key) return;
+      this.pending.splice(this.pending.indexOf(key), 1);
+      this.pending.unshift(key);
+      return;
+    }
     this.queued.add(key);
-    this.pending.push(key);
+    if (urgent) this.pending.unshift(key);
+    else this.pending.push(key);
     this.pump();
   }
 

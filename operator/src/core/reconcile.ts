@@ -5,9 +5,11 @@ import type {
   DedicatedEndpointStatus,
   Phase,
   StartTiming,
+  WakeReceipt,
 } from '@berth/crds';
 import {
   ACTIVITY_REFRESH_SECONDS,
+  ANNOTATION_WAKE_FIRST_BYTE,
   ANNOTATION_IN_FLIGHT,
   ANNOTATION_LAST_ACTIVITY,
   checkHardware,
@@ -17,6 +19,7 @@ import {
 import type { Logger } from 'pino';
 import type { PhaseOptions } from './phase.ts';
 import { decide } from './phase.ts';
+import { preferredNodes, wakeReceipt, warmNodes } from './placement.ts';
 import type { PreflightOptions } from './preflight.ts';
 import { preflight } from './preflight.ts';
 import type { HandlerResult } from './queue.ts';
@@ -36,6 +39,8 @@ export interface ReconcileDeps {
   onDecision?: (ep: DedicatedEndpoint, decision: Decision) => void;
   /** A replica start not seen before (its durations, once per pod). */
   onStart?: (timing: StartTiming) => void;
+  /** A wake completed (its receipt, once per wake). */
+  onWake?: (receipt: WakeReceipt) => void;
 }
 
 /** One level-triggered pass for one key: read the cache, decide, apply, write status once. */
@@ -111,6 +116,9 @@ export async function reconcileKey(key: string, deps: ReconcileDeps): Promise<Ha
   deps.onDecision?.(ep, decision);
   const started = observed.workload.lastStart;
   if (started && started.pod !== status.lastStart?.pod) deps.onStart?.(started);
+  const wake = next.lastWake;
+  if (wake?.engineReadyAt && !(status.lastWake?.scaledAt === wake.scaledAt && status.lastWake.engineReadyAt))
+    deps.onWake?.(wake);
   return decision.requeueAfterMs !== undefined ? { requeueAfterMs: decision.requeueAfterMs } : undefined;
 }
 
@@ -142,6 +150,7 @@ export function nextStatus(
     };
   });
   const phaseChanged = prev.phase !== d.phase;
+  const warm = warmNodes(observed.workload.nodes, prev.warmNodes);
   return stripUndefined({
     phase: d.phase,
     reason: d.reason,
@@ -154,6 +163,14 @@ export function nextStatus(
       phaseChanged || !prev.lastTransitionTime ? now.toISOString() : prev.lastTransitionTime,
     conditions,
     lastStart: observed.workload.lastStart ?? prev.lastStart,
+    warmNodes: warm,
+    preferredNodes: preferredNodes(d.phase, warm, prev.preferredNodes),
+    lastWake: wakeReceipt(
+      prev,
+      d,
+      observed.workload.starts,
+      ep.metadata.annotations?.[ANNOTATION_WAKE_FIRST_BYTE],
+    ),
     ...d.memory,
   });
 }

@@ -4,6 +4,7 @@ import type {
   FailureReason,
   Phase,
   StartTiming,
+  WarmNode,
 } from '@berth/crds';
 import type { PhaseCondition } from './conditions.ts';
 
@@ -53,6 +54,20 @@ export interface ObservedWorkload {
   lastStart?: StartTiming;
   /** Requests running + waiting across replicas, when the runtime can tell. */
   inFlight?: number;
+  /** Nodes with a Ready replica, and when it became Ready there (runtimes with nodes). */
+  nodes?: WarmNode[];
+  /** Each current replica's start so far (runtimes with nodes): what a wake receipt reads. */
+  starts?: ReplicaStart[];
+}
+
+/** A replica's start as far as it got: RFC 3339 times, absent until reached. */
+export interface ReplicaStart {
+  pod: string;
+  node?: string;
+  createdAt: string;
+  scheduledAt?: string;
+  runningAt?: string;
+  readyAt?: string;
 }
 
 export interface Observed {

@@ -21,10 +21,12 @@ import type {
 } from '@kubernetes/client-node';
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, makeInformer } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import { wakePending } from '../core/phase.ts';
 import { TerminalError } from '../core/queue.ts';
 import type { Supervised } from './informers.ts';
 import { supervise } from './informers.ts';
 import { OwnWrites } from './own-writes.ts';
+import { InferencePoolWatch } from './pools.ts';
 
 // The operator's view of the cluster: supervised informers on DedicatedEndpoints and the children
 // it owns (Deployments, Services, pods), an index of pods by endpoint, and nothing else. Informers
@@ -45,8 +47,13 @@ export interface KubeCacheOptions {
   namespace: string; // '' = all namespaces
   log: Logger;
   onInformerError: () => void;
-  /** Called with the endpoint key whenever the endpoint or one of its children changes. */
-  enqueue: (key: string) => void;
+  /**
+   * Called with the endpoint key whenever the endpoint or one of its children changes; `urgent` when
+   * the endpoint asks to wake (core/phase.ts wakePending).
+   */
+  enqueue: (key: string, urgent?: boolean) => void;
+  /** While the InferencePool CRD is absent, how often to ask whether it was installed (default 60 s). */
+  poolRecheckMs?: number;
   /** Each watch event of an endpoint's own or its children: enqueued, our own write's echo, or unchanged for a pass. */
   onWatchEvent?: (outcome: WatchEventOutcome) => void;
 }
@@ -90,6 +97,12 @@ export function serviceFingerprint(s: V1Service): string {
   return JSON.stringify([m?.labels, m?.annotations, m?.ownerReferences, m?.deletionTimestamp, s.spec]);
 }
 
+/** What a pass reads of an InferencePool: the fields drift compares. */
+export function poolFingerprint(p: KubernetesObject & { spec?: unknown }): string {
+  const m = p.metadata;
+  return JSON.stringify([m?.labels, m?.annotations, m?.ownerReferences, m?.deletionTimestamp, p.spec]);
+}
+
 /** What a pass reads of a pod (observe.ts): readiness, scheduling, container states, timings. */
 export function podFingerprint(p: V1Pod): string {
   return JSON.stringify([
@@ -118,6 +131,8 @@ export class KubeCache {
   readonly ownEndpoints = new OwnWrites<RawEndpoint>();
   readonly ownDeployments = new OwnWrites<V1Deployment>();
   readonly ownServices = new OwnWrites<V1Service>();
+  /** InferencePools, watched only where their CRD is installed (pools.ts). */
+  readonly pools: InferencePoolWatch;
   /** Each cached endpoint object, parsed (see endpoint()). */
   private readonly parsed = new WeakMap<RawEndpoint, DedicatedEndpoint>();
   /** Reconcile-relevant fingerprint per child ("kind/namespace/name"). */
@@ -183,11 +198,11 @@ export class KubeCache {
     };
     const forget = (kind: string, obj: KubernetesObject) =>
       this.fingerprints.delete(`${kind}/${keyOf(obj.metadata?.namespace, obj.metadata?.name)}`);
-    const enqueue = (key: string | undefined, echo: boolean, fresh: boolean) => {
+    const enqueue = (key: string | undefined, echo: boolean, fresh: boolean, urgent = false) => {
       if (!key) return;
       const outcome = echo ? 'echo' : fresh ? 'enqueued' : 'unchanged';
       o.onWatchEvent?.(outcome);
-      if (outcome === 'enqueued') o.enqueue(key);
+      if (outcome === 'enqueued') o.enqueue(key, urgent);
     };
     const nameKey = (obj: KubernetesObject) => keyOf(obj.metadata?.namespace, obj.metadata?.name);
     // The informers keep every object whole. Nothing here reads managedFields, which are often the
@@ -204,7 +219,12 @@ export class KubeCache {
       for (const verb of ['add', 'update'] as const) informer.on(verb, stripManagedFields);
     for (const verb of ['add', 'update'] as const) {
       epInformer.on(verb, (obj) =>
-        enqueue(nameKey(obj), this.ownEndpoints.delivered(nameKey(obj), obj), true),
+        enqueue(
+          nameKey(obj),
+          this.ownEndpoints.delivered(nameKey(obj), obj),
+          true,
+          wakePending(obj as DedicatedEndpoint),
+        ),
       );
       depInformer.on(verb, (d) => {
         const fresh = changed('deployment', d, deploymentFingerprint(d));
@@ -244,6 +264,23 @@ export class KubeCache {
         } else enqueue(key, false, changed('pod', pod, podFingerprint(pod)));
       });
     }
+    this.pools = new InferencePoolWatch({
+      kc,
+      namespace: ns,
+      log: o.log,
+      onInformerError: o.onInformerError,
+      ...(o.poolRecheckMs ? { recheckMs: o.poolRecheckMs } : {}),
+      onEvent: (pool, verb) => {
+        if (verb === 'delete') {
+          forget('inferencepool', pool);
+          return enqueue(ownerKey(pool), false, true);
+        }
+        enqueue(ownerKey(pool), false, changed('inferencepool', pool, poolFingerprint(pool)));
+      },
+      onServed: () => {
+        for (const key of this.keys()) o.enqueue(key);
+      },
+    });
     this.endpoints = supervise('dedicatedendpoints', epInformer, o.log, o.onInformerError);
     this.deployments = supervise('deployments', depInformer, o.log, o.onInformerError);
     this.services = supervise('services', svcInformer, o.log, o.onInformerError);
@@ -256,6 +293,7 @@ export class KubeCache {
       this.deployments.start(),
       this.services.start(),
       this.pods.start(),
+      this.pools.start(),
     ]);
   }
 
@@ -265,6 +303,7 @@ export class KubeCache {
       this.deployments.stop(),
       this.services.stop(),
       this.pods.stop(),
+      this.pools.stop(),
     ]);
   }
 

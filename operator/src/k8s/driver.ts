@@ -14,11 +14,19 @@ import type { WorkloadDriver } from '../core/runtime.ts';
 import type { ObservedWorkload, PreflightResult } from '../core/types.ts';
 import { errorText } from '../core/error-text.ts';
 import type { BuildConfig } from './builders.ts';
-import { desiredCacheClaim, desiredDeployment, desiredService, serviceUrl } from './builders.ts';
+import {
+  desiredCacheClaim,
+  desiredDeployment,
+  desiredInferencePool,
+  desiredService,
+  INFERENCE_POOL_API_VERSION,
+  serviceUrl,
+} from './builders.ts';
+import type { PoolDefaults } from '../config.ts';
 import { keyOf, type KubeCache } from './cache.ts';
 import { driftOf } from './drift.ts';
 import { observeWorkload } from './observe.ts';
-import { KubeRequests, resourcePath } from './requests.ts';
+import { KubeApiError, KubeRequests, resourcePath } from './requests.ts';
 
 // The endpoint's workload on Kubernetes: a Deployment, a Service and optionally a model-cache PVC,
 // server-side applied from the pure builders when the cache shows they differ (drift.ts); observed
@@ -26,7 +34,7 @@ import { KubeRequests, resourcePath } from './requests.ts';
 
 /** What the operator writes, as the writes metric labels it. */
 export type WrittenResource =
-  'deployment' | 'service' | 'persistentvolumeclaim' | 'status' | 'finalizer' | 'event';
+  'deployment' | 'service' | 'persistentvolumeclaim' | 'inferencepool' | 'status' | 'finalizer' | 'event';
 
 export class KubeWorkloadDriver implements WorkloadDriver {
   private readonly requests: KubeRequests;
@@ -45,6 +53,8 @@ export class KubeWorkloadDriver implements WorkloadDriver {
       fetch?: typeof fetch;
       /** Every write to the API server (a metric: a quiet resync writes nothing). */
       onWrite?: (resource: WrittenResource) => void;
+      /** InferencePools: the default for endpoints that do not say, and the default picker. */
+      pools?: PoolDefaults;
     },
   ) {
     this.requests = new KubeRequests(kc);
@@ -89,7 +99,38 @@ export class KubeWorkloadDriver implements WorkloadDriver {
     await Promise.all([
       this.applyIfDrifted(ep, desiredService(ep), this.cache.service(ep), 'service'),
       this.applyIfDrifted(ep, desiredDeployment(ep, instanceType, build, replicas), cached, 'deployment'),
+      this.applyPool(ep),
     ]);
+  }
+
+  /**
+   * The endpoint's InferencePool, where the kind is served: applied (and restored on drift) while
+   * the endpoint asks for one (its spec, else the operator's default), deleted once it no longer
+   * does. Its owner reference removes it with the endpoint.
+   */
+  private async applyPool(ep: DedicatedEndpoint): Promise<void> {
+    const pools = this.cache.pools;
+    if (!pools.served) return;
+    const defaults = this.o.pools ?? { enabled: false, picker: { service: '{name}-epp', port: 9002 } };
+    const wanted = ep.spec.inferencePool?.enabled ?? defaults.enabled;
+    const live = pools.get(ep);
+    if (wanted)
+      return this.applyIfDrifted(ep, desiredInferencePool(ep, defaults.picker), live, 'inferencepool');
+    if (!live) return;
+    const { name, namespace } = ep.metadata;
+    try {
+      await this.requests.send(
+        'DELETE',
+        resourcePath(INFERENCE_POOL_API_VERSION, 'InferencePool', namespace!, name),
+      );
+    } catch (err) {
+      if (!(err instanceof KubeApiError && err.code === 404)) throw err;
+    }
+    this.o.onWrite?.('inferencepool');
+    this.o.log?.info(
+      { endpoint: keyOf(namespace, name) },
+      'InferencePool deleted: the endpoint no longer asks for one',
+    );
   }
 
   /** Forget what was applied for a deleted endpoint. */

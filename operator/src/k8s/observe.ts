@@ -1,7 +1,7 @@
 import type { StartTiming } from '@berth/crds';
 import type { V1Deployment, V1Pod } from '@kubernetes/client-node';
 import { failureInOutput, mostSevere, outOfMemory } from '../core/failures.ts';
-import type { ObservedWorkload, WorkloadFailure } from '../core/types.ts';
+import type { ObservedWorkload, ReplicaStart, WorkloadFailure } from '../core/types.ts';
 
 // Pure translation of pod and Deployment status into the runtime-agnostic observation.
 
@@ -71,8 +71,12 @@ export function observeWorkload(
       p.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
   ).length;
   const lastStart = startTiming(pods);
+  const starts = replicaStarts(pods);
+  const nodes = starts.flatMap((r) => (r.node && r.readyAt ? [{ name: r.node, readyAt: r.readyAt }] : []));
   return {
     ...(lastStart ? { lastStart } : {}),
+    ...(starts.length ? { starts } : {}),
+    ...(nodes.length ? { nodes } : {}),
     replicas: deployment?.status?.replicas ?? 0,
     // Pods are the fresher signal (the Deployment status lags by a controller pass); take either.
     readyReplicas: Math.max(deployment?.status?.readyReplicas ?? 0, readyPods),
@@ -111,6 +115,29 @@ export function startTiming(pods: readonly V1Pod[]): StartTiming | undefined {
     };
   }
   return best;
+}
+
+/** Each live pod's start so far: node, created, scheduled, engine running, Ready (kubelet times). */
+export function replicaStarts(pods: readonly V1Pod[]): ReplicaStart[] {
+  const iso = (v: Date | string | undefined) => (v === undefined ? undefined : new Date(v).toISOString());
+  const out: ReplicaStart[] = [];
+  for (const pod of pods) {
+    if (pod.metadata?.deletionTimestamp || !pod.metadata?.name || !pod.metadata.creationTimestamp) continue;
+    const cond = (type: string) =>
+      pod.status?.conditions?.find((c) => c.type === type && c.status === 'True')?.lastTransitionTime;
+    const running = pod.status?.containerStatuses?.find((c) => c.name === 'engine')?.state?.running
+      ?.startedAt;
+    const start: ReplicaStart = { pod: pod.metadata.name, createdAt: iso(pod.metadata.creationTimestamp)! };
+    if (pod.spec?.nodeName) start.node = pod.spec.nodeName;
+    const scheduledAt = iso(cond('PodScheduled'));
+    if (scheduledAt) start.scheduledAt = scheduledAt;
+    const runningAt = iso(running);
+    if (runningAt) start.runningAt = runningAt;
+    const readyAt = iso(cond('Ready'));
+    if (readyAt) start.readyAt = readyAt;
+    out.push(start);
+  }
+  return out;
 }
 
 function tail(message: string | undefined, max = 600): string {

@@ -46,6 +46,8 @@ const RESOURCES: Record<string, string> = {
   'v1/Service': '/api/v1/namespaces/{ns}/services',
   'v1/PersistentVolumeClaim': '/api/v1/namespaces/{ns}/persistentvolumeclaims',
   'events.k8s.io/v1/Event': '/apis/events.k8s.io/v1/namespaces/{ns}/events',
+  'inference.networking.k8s.io/v1/InferencePool':
+    '/apis/inference.networking.k8s.io/v1/namespaces/{ns}/inferencepools',
 };
 
 export function resourcePath(apiVersion: string, kind: string, namespace: string, name?: string): string {

@@ -1,5 +1,6 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
+import type { PoolDefaults } from '../config.ts';
 import type { BuildConfig } from './builders.ts';
 import { KubeCache, type WatchEventOutcome } from './cache.ts';
 import { KubeWorkloadDriver, type WrittenResource } from './driver.ts';
@@ -19,8 +20,12 @@ export interface KubeRuntimeOptions {
   /** Every write to the API server, by resource. */
   onWrite?: (resource: WrittenResource) => void;
   /** Called with the endpoint key whenever the endpoint or one of its children changes. */
-  enqueue: (key: string) => void;
+  enqueue: (key: string, urgent?: boolean) => void;
   onWatchEvent?: (outcome: WatchEventOutcome) => void;
+  /** InferencePools: the default for endpoints that do not say, and the default picker. */
+  pools?: PoolDefaults;
+  /** While the InferencePool CRD is absent, how often to ask whether it was installed. */
+  poolRecheckMs?: number;
 }
 
 export interface KubeRuntime {
@@ -43,6 +48,7 @@ export function kubeRuntime(o: KubeRuntimeOptions): KubeRuntime {
       crashLoopRestarts: o.crashLoopRestarts,
       log: o.log,
       ...(o.onWrite ? { onWrite: o.onWrite } : {}),
+      ...(o.pools ? { pools: o.pools } : {}),
     }),
   };
 }

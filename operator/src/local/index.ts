@@ -2,7 +2,7 @@
 // from an in-process cache, each replica is a supervised process on this machine, and the same
 // controller loop and reconciler as on Kubernetes (core/) drive them.
 import path from 'node:path';
-import type { Catalog } from '@berth/crds';
+import type { Catalog, WakeReceipt } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { ReconcilerConfig } from '../core/config.ts';
 import type { TerminationHook } from '../core/runtime.ts';
@@ -34,6 +34,8 @@ export interface LocalRuntimeOptions {
   onRunning?: (id: string, running: number) => void;
   /** Effects outside the runtime before a terminated endpoint is gone (billing closes its record). */
   termination?: TerminationHook;
+  /** A wake completed: its receipt, once (the API's berth_endpoint_wake_stage_seconds). */
+  onWake?: (receipt: WakeReceipt) => void;
 }
 
 export interface LocalRuntime {
@@ -59,6 +61,7 @@ export async function startLocalRuntime(o: LocalRuntimeOptions): Promise<LocalRu
       catalog: o.catalog,
       log: o.log,
       ...(o.termination ? { termination: o.termination } : {}),
+      ...(o.onWake ? { observer: { wake: o.onWake } } : {}),
     },
     (enqueue) => {
       const store = localEndpointStore(o.repository, {
@@ -118,6 +121,7 @@ export async function startLocalRuntime(o: LocalRuntimeOptions): Promise<LocalRu
 }
 
 export { processDriver, type ProcessDriver, type ProcessDriverOptions } from './driver.ts';
+export { wakeStages } from '../core/placement.ts';
 export { crashLoop, fatalExit, lastLines } from './exits.ts';
 export { logFiles, type LogFiles } from './logfiles.ts';
 export {

@@ -1,6 +1,7 @@
 // Local mode's endpoint store: rows in the API's database served from an in-process cache (the
 // local "API server and informer" in one). One process owns the database, so the cache is the truth
-// once loaded, and every write goes to the database first, then the cache, then the listeners. It has
+// once loaded, and every write goes to the database first, then the cache, then the listeners (but
+// annotations, hints the reconciler acts on at once: the cache first, see `annotate`). It has
 // two views of the same objects: the API's (by id: read, create, delete, annotate) and the
 // reconciler's (by key, `local/<id>`: status, finalizer, events).
 import { randomUUID } from 'node:crypto';
@@ -15,6 +16,7 @@ import {
   type DedicatedEndpointStatus,
 } from '@berth/crds';
 import { Listeners } from '../core/listeners.ts';
+import { wakePending } from '../core/phase.ts';
 import type { EndpointStore as ReconcilerStore } from '../core/runtime.ts';
 import type { PhaseEvent } from '../core/types.ts';
 
@@ -71,8 +73,11 @@ export interface LocalEndpointStore {
 }
 
 export interface LocalStoreOptions {
-  /** Called with the reconcile key whenever an endpoint is created, changed by the API or deleted. */
-  onChange: (key: string) => void;
+  /**
+   * Called with the reconcile key whenever an endpoint is created, changed by the API or deleted;
+   * `urgent` when it asks to wake (core/phase.ts wakePending).
+   */
+  onChange: (key: string, urgent?: boolean) => void;
   recordEvent: (ep: DedicatedEndpoint, event: PhaseEvent) => void;
 }
 
@@ -97,20 +102,26 @@ export function localEndpointStore(
     if (e) cache.set(id, e);
     else cache.delete(id);
     listeners.emit(id, e);
-    if (enqueue) opts.onChange(keyOf(id));
+    if (enqueue) opts.onChange(keyOf(id), wakePending(e));
   };
-  /** Changes one endpoint: database first, then the cache (inside the endpoint's write chain). */
+  /**
+   * Changes one endpoint inside its write chain: the database first, then the cache — or, `early`,
+   * the cache first (for hints the reconciler should act on at once; the write follows, and a later
+   * write of the same field carries the cache's value if this one failed).
+   */
   const mutate = (
     id: string,
     change: (e: DedicatedEndpoint) => { write: () => Promise<unknown>; next: DedicatedEndpoint | undefined },
     enqueue = true,
+    early = false,
   ) =>
     serial(id, async () => {
       const current = cache.get(id);
       if (!current) return false;
       const { write, next } = change(current);
+      if (early) publish(id, next, enqueue);
       await write();
-      publish(id, next, enqueue);
+      if (!early) publish(id, next, enqueue);
       return true;
     });
 
@@ -214,14 +225,22 @@ export function localEndpointStore(
         };
       });
     },
+    // Annotations are hints (traffic, a wake request, a wake's first byte): the reconciler sees them
+    // before the database has them, so a wake's pass starts without waiting for a write (the wake
+    // signal's share of a wake, BENCHMARKS.md). The writes of the endpoint stay in order.
     async annotate(id, annotations) {
-      const found = await mutate(id, (e) => {
-        const merged = { ...e.metadata.annotations, ...annotations };
-        return {
-          write: () => repo.setAnnotations(id, merged),
-          next: { ...e, metadata: { ...e.metadata, annotations: merged } },
-        };
-      });
+      const found = await mutate(
+        id,
+        (e) => {
+          const merged = { ...e.metadata.annotations, ...annotations };
+          return {
+            write: () => repo.setAnnotations(id, merged),
+            next: { ...e, metadata: { ...e.metadata, annotations: merged } },
+          };
+        },
+        true,
+        true,
+      );
       if (!found) throw Object.assign(new Error(`endpoint ${id} not found`), { code: 404 });
     },
     watch: (id, fn) => listeners.add(id, fn),

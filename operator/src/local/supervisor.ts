@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { Logger } from 'pino';
-import type { WorkloadFailure } from '../core/types.ts';
+import type { ReplicaStart, WorkloadFailure } from '../core/types.ts';
 import { crashLoop, describe, fatalExit, type Exit } from './exits.ts';
 import type { LogFiles } from './logfiles.ts';
 import type { PidFiles } from './reaper.ts';
@@ -37,6 +37,9 @@ interface Process {
   child: ChildProcess;
   url: string;
   ready: boolean;
+  /** Spawned, and Ready (its first health check answered 200): a wake receipt's times. */
+  spawnedAt: string;
+  readyAt?: string;
   stopping: boolean;
   healthFailures: number;
   exited: Promise<void>;
@@ -55,6 +58,8 @@ export class ReplicaSlot {
   private tail = '';
   /** Stopped for good (scaled down, the endpoint stopped, or the driver closing). */
   private retired = false;
+  /** When the current (or next) process was asked for: the slot made, or its restart due. */
+  private createdAt = new Date().toISOString();
 
   constructor(
     readonly id: string,
@@ -81,6 +86,26 @@ export class ReplicaSlot {
     return this.retired && !this.current;
   }
 
+  /**
+   * The current process's start as a pod's would read (core/types.ts ReplicaStart): asked for, placed
+   * on this machine and running once spawned (no scheduler, no image), Ready on its first good health
+   * check; only asked for while it waits to be spawned (a restart's back-off too).
+   */
+  timing(node: string): ReplicaStart | undefined {
+    const p = this.current;
+    if (this.retired || this.failure || p?.stopping) return undefined;
+    if (!p) return { pod: `${this.id}-${this.index}`, createdAt: this.createdAt };
+    const s: ReplicaStart = {
+      pod: `${this.id}-${this.index}`,
+      node,
+      createdAt: this.createdAt,
+      scheduledAt: p.spawnedAt,
+      runningAt: p.spawnedAt,
+    };
+    if (p.readyAt) s.readyAt = p.readyAt;
+    return s;
+  }
+
   /** A replica as a Deployment counts it: starting, running or waiting to restart, not failed or stopping. */
   get counted(): boolean {
     return !this.failure && !this.current?.stopping;
@@ -104,6 +129,7 @@ export class ReplicaSlot {
       child,
       url: `http://127.0.0.1:${port}`,
       ready: false,
+      spawnedAt: new Date().toISOString(),
       stopping: false,
       healthFailures: 0,
       exited: new Promise((resolve) => child.once('close', () => resolve())),
@@ -139,6 +165,7 @@ export class ReplicaSlot {
         p.healthFailures = 0;
         if (!p.ready) {
           p.ready = true;
+          p.readyAt ??= new Date().toISOString();
           o.logs.note(id, `replica ${this.index} is ready`);
           this.changed();
         }
@@ -168,6 +195,7 @@ export class ReplicaSlot {
         o.logs.note(id, `replica ${this.index} restarts in ${delay} ms (restart ${this.restarts})`);
         this.restartTimer = setTimeout(() => {
           this.restartTimer = undefined;
+          this.createdAt = new Date().toISOString();
           void this.start();
         }, delay);
       }

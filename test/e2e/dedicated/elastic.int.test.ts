@@ -137,7 +137,7 @@ describe('Elastic models served by platform endpoints on the control plane', () 
     expect(r.response.headers.get('x-berth-model')).toBe('small');
     expect(r.response.headers.get('x-berth-fallback-from')).toBeNull();
     expect(r.data.object).toBe('chat.completion');
-    expect(r.data.model).toBe('org/small');
+    expect(r.data.model).toBe('small'); // the catalog model that answered, never the backend's name
     expect(r.data.choices[0]!.message.content!.length).toBeGreaterThan(0);
     expect(r.data.usage!.completion_tokens).toBe(16);
 
@@ -332,7 +332,7 @@ describe('Elastic models served by platform endpoints on the control plane', () 
     expect(generated).toBeLessThan(4000);
     expect(cut.prompt).toBe(made.prompt - engine.prompt);
     // Charged: at least what the client received, at most what the engine made (the tokens still on
-    // the wire when the proxy cancelled are not seen — README, "Metering streams").
+    // the wire when the proxy cancelled are not seen — docs/elastic.md, "Metering streams").
     expect(cut.completion).toBeGreaterThanOrEqual(received);
     expect(cut.completion, `charged ${cut.completion}, engine generated ${generated}`).toBeLessThanOrEqual(
       generated,

@@ -6,9 +6,16 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, expect } from 'vitest';
 import { API_VERSION, KIND } from '@berth/crds';
 import type { OperatorHandle } from '@berth/operator';
-import { kubeconfigPath, kubectlOk, loadKubeConfig, testNamespace } from '../../cluster/env.ts';
+import {
+  deleteEndpoints,
+  kubeconfigPath,
+  kubectlOk,
+  loadKubeConfig,
+  testNamespace,
+} from '../../cluster/env.ts';
 import { bearer, startTestApi, type TestApi } from '../../support/api.ts';
 import { eventually } from '../../support/eventually.ts';
+import { patchEndpointSpec } from '../../support/endpoint-spec.ts';
 import { startFakeHub } from '../../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../../support/operator.ts';
 import { servePodEngines, type PodEngines } from '../../support/pod-engines.ts';
@@ -57,15 +64,7 @@ export function useDedicatedEndpoints(env: Record<string, string> = {}): void {
       for (const e of list.data ?? [])
         await fetch(`${api.url}/api/endpoints/${e.id}`, { method: 'DELETE', headers: bearer(acct.global) });
     }
-    await kubectlOk([
-      'delete',
-      'dedicatedendpoints',
-      '--all',
-      '-n',
-      ns.name,
-      '--wait=true',
-      '--timeout=60s',
-    ]).catch(() => {});
+    await deleteEndpoints(ns.name);
     await api?.stop();
     await engines?.close();
     await op?.stop();
@@ -114,3 +113,6 @@ export async function kubectlApplyEndpoint(id: string, spec: Record<string, unkn
   };
   await kubectlOk(['apply', '-f', '-'], { input: JSON.stringify(manifest) });
 }
+
+/** `kubectl patch` (merge) of an endpoint's spec in this file's namespace. */
+export const patchSpec = (id: string, spec: Record<string, unknown>) => patchEndpointSpec(ns.name, id, spec);

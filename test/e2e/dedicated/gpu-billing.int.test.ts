@@ -52,7 +52,6 @@ async function spawnClockedApi(clock: Record<string, string>): Promise<ClockedAp
     cwd: root,
     env: {
       ...process.env,
-      HOST: '127.0.0.1',
       PORT: '0',
       LOG_LEVEL: 'info',
       DATABASE_URL: db.url,

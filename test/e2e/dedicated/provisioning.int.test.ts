@@ -56,6 +56,9 @@ describe('provisioning through the API', () => {
       gpuMemoryGiB: 80,
       allowedGpuCounts: [1, 2, 4, 8],
       available: true,
+      // The price GPU time is invoiced at, from the catalog, in the billing currency.
+      pricePerGpuHour: '2.500000',
+      currency: 'USD',
     });
   });
 

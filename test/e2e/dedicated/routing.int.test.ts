@@ -12,6 +12,7 @@ import {
   engines,
   kubectlApplyEndpoint,
   ns,
+  patchSpec,
   sdk,
   useDedicatedEndpoints,
   waitStatus,
@@ -87,16 +88,7 @@ describe('replica routing', () => {
     );
 
     const rr = await chatWorkload('rr');
-    await kubectlOk([
-      'patch',
-      'dedicatedendpoint',
-      id,
-      '-n',
-      ns.name,
-      '--type=merge',
-      '-p',
-      JSON.stringify({ spec: { routing: { strategy: 'prefixAffinity' } } }),
-    ]);
+    await patchSpec(id, { routing: { strategy: 'prefixAffinity' } });
     await eventually(async () => {
       const out = await kubectlOk([
         'get',

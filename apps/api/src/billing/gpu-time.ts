@@ -1,6 +1,6 @@
 // Dedicated GPU time as pure functions: what an observation does to an endpoint's meter, and what a
 // week's invoice lines are. The metering repository applies them under row locks.
-import { gpuTimeAmount } from './money.ts';
+import { gpuTimeAmount } from '../platform/money.ts';
 
 /** What ran for an endpoint, priced: a replica count of `gpusPerReplica` GPUs at a rate. */
 export interface GpuShape {

@@ -4,9 +4,9 @@ import type { Catalog } from '@berth/crds';
 import type { Database } from '@berth/db';
 import type { Logger } from 'pino';
 import type { Registry } from 'prom-client';
-import type { Config } from '../config.ts';
-import { startJobQueue, type JobQueue } from '../jobs/queue.ts';
-import { newId } from '../keys/format.ts';
+import type { Config } from '../platform/config.ts';
+import { startJobQueue, type JobQueue } from '../platform/jobs.ts';
+import { newId } from '../platform/ids.ts';
 import { ledgerService, type Ledger } from './ledger.ts';
 import { meteringRepository } from './metering-repository.ts';
 import { gpuBilling, type GpuBilling } from './metering.ts';
@@ -41,6 +41,7 @@ export type BillingConfig = Pick<
   | 'BILLING_FLUSH_INTERVAL_MS'
   | 'BILLING_LEASE_TTL_MS'
   | 'BILLING_RECLAIM_WAIT_MS'
+  | 'BILLING_SETTLE_WAIT_MS'
   | 'JOBS_MONITOR_INTERVAL_SECONDS'
 >;
 
@@ -81,6 +82,8 @@ export async function startBilling(deps: {
         leaseTtlMs: config.BILLING_LEASE_TTL_MS,
         freeQueries: config.BERTH_FREE_QUERIES,
         reclaimWaitMs: config.BILLING_RECLAIM_WAIT_MS,
+        settleWaitMs: config.BILLING_SETTLE_WAIT_MS,
+        currency: config.BERTH_CURRENCY,
       },
     });
     const gpu = gpuBilling({

@@ -17,7 +17,7 @@ import type { Logger } from 'pino';
 import type { GpuShape, MeterState, Observation } from './gpu-time.ts';
 import { invoiceLines, WEEK_MS, weekStart, type InvoiceLine } from './gpu-time.ts';
 import type { InvoiceRecord, MeteringRepository } from './metering-repository.ts';
-import { parseAmount } from './money.ts';
+import { parseAmount } from '../platform/money.ts';
 
 export interface GpuObservation {
   endpointId: string;

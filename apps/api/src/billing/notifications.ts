@@ -9,8 +9,10 @@
 import { EventEmitter } from 'node:events';
 import type { PGlite } from '@electric-sql/pglite';
 import type { Logger } from 'pino';
-import { pgListener } from '../pg-listener.ts';
-import { BILLING_CHANNEL } from './repository.ts';
+import { pgListener } from '../platform/pg-listener.ts';
+
+/** The NOTIFY channel of the billing events below. */
+export const BILLING_CHANNEL = 'berth_billing';
 
 export interface BillingMessage {
   t: 'available' | 'reclaim';

@@ -156,6 +156,7 @@ function offsetAt(tz: string, t: number): number {
 }
 
 const DAY = 86_400_000;
+const HOUR = 3_600_000;
 const MINUTE = 60_000;
 
 /**
@@ -191,24 +192,56 @@ function dayMatches(spec: CronSpec, date: Date): boolean {
 /** How far ahead a schedule is searched: 29 February needs up to 8 years (2096 → 2104). */
 const HORIZON_DAYS = 366 * 9;
 
-/** The first instant strictly after `after` at which the schedule fires in `tz`; undefined: never. */
+/**
+ * The first instant strictly after `after` at which the schedule fires in `tz`; undefined: never.
+ *
+ * A wall-clock time `w` happens at the instant `w − offset`. Over the two days after `after` the
+ * zone's offset is `off0` (its offset then) or, past a change, `offAfter` (resolveWall's own
+ * assumption: at most one change within a day of any time). So a `w` at or before
+ * `after + min(off0, offAfter)` happens before `after`; with no change within a day before and two
+ * days after, `w − off0` is the one instant of a `w` in the next day; and once the best instant is
+ * found no later `w` can beat it (without a fall-back ahead, later wall times happen later; with one,
+ * `w − max(…)` must be before it). Wall times are resolved with time-zone look-ups only where a
+ * change is near: an every-minute schedule costs four look-ups, so 1,000 runs due in the same minute
+ * get their next fires in milliseconds (tested against a minute-by-minute reference in
+ * test/chronos-dst.test.ts).
+ */
 export function nextFire(spec: CronSpec, tz: string, after: Date): Date | undefined {
   const t0 = after.getTime();
   const startWall = wallOf(tz, t0);
+  const off0 = startWall - t0;
+  const offAfter = offsetAt(tz, t0 + 2 * DAY);
+  // A wall time just ahead may have happened already, before a fall-back in the last day.
+  const settled = offsetAt(tz, t0 - DAY) === off0 && offAfter === off0;
+  const lo = Math.min(off0, offAfter);
+  const hi = Math.max(off0, offAfter);
+  const fallBack = offAfter < off0;
+  /** Instants up to here have the offsets above; past it, walls are resolved and pruned as before. */
+  const nearEnd = t0 + DAY;
   const firstDay = Math.floor(startWall / DAY) * DAY - DAY; // the day before: zones ahead of UTC
   for (let d = 0; d < HORIZON_DAYS; d++) {
     const day = firstDay + d * DAY;
     if (!dayMatches(spec, new Date(day))) continue;
     let best: number | undefined;
     let bestWall = 0;
-    for (const h of spec.hours) {
+    hours: for (const h of spec.hours) {
       for (const m of spec.minutes) {
-        const wall = day + h * 3_600_000 + m * MINUTE;
-        if (wall < startWall - 3 * 3_600_000) continue; // long before `after` in any offset change
-        if (best !== undefined && wall > bestWall + 3 * 3_600_000) break;
-        const r = resolveWall(tz, wall);
-        const fires =
-          'gapEnd' in r ? (spec.hourStar ? [] : [r.gapEnd]) : spec.hourStar ? r.instants : [r.instants[0]!];
+        const wall = day + h * HOUR + m * MINUTE;
+        if (wall <= t0 + lo) continue; // before `after` whatever the offset
+        // No later wall time can beat the best found: without a fall-back ahead, later wall times
+        // happen later; with one, not before `w − hi`.
+        if (
+          best !== undefined &&
+          (best <= nearEnd ? !fallBack || wall - hi >= best : wall > bestWall + 3 * HOUR)
+        )
+          break hours;
+        let fires: number[];
+        if (settled && wall - lo <= nearEnd) fires = [wall - lo];
+        else {
+          const r = resolveWall(tz, wall);
+          fires =
+            'gapEnd' in r ? (spec.hourStar ? [] : [r.gapEnd]) : spec.hourStar ? r.instants : [r.instants[0]!];
+        }
         for (const t of fires)
           if (t > t0 && (best === undefined || t < best)) {
             best = t;

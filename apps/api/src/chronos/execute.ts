@@ -1,25 +1,26 @@
-// Running one Chronos execution: its steps in order, each under the 13-minute wall clock, each
-// model call through the Elastic call path (catalog, fallbacks, prepaid reservation and settlement)
-// and each tool step through the managed tools' MCP client, charged at the tool's price. The run fee
-// is reserved with the first step before anything starts and settled at the end.
-import type { Response } from 'express';
+// Running one Chronos execution: its steps in order, each under the 13-minute wall clock. A chat
+// step's model is chosen by the front door's rule (inference/decide.ts: a catalog model, or
+// Olympus's choice) and called through the Elastic call path (catalog, fallbacks, prepaid
+// reservation and settlement); a tool step goes through the managed tools' MCP client, charged at
+// the tool's price. The run fee is reserved with the first step before anything starts and settled
+// at the end.
 import type { Logger } from 'pino';
-import { callCost, reservationBound } from '../billing/money.ts';
-import type { Wallet } from '../billing/wallet.ts';
+import { reservationBound } from '../platform/money.ts';
+import type { Hold, Wallet } from '../billing/wallet.ts';
 import type { ElasticCaller } from '../elastic/call.ts';
-import { MODEL_HEADER } from '../elastic/call.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { CatalogModel } from '../elastic/entry.ts';
-import { ApiError } from '../errors.ts';
-import { chooseModel, chosenModel } from '../olympus/choose.ts';
-import { isOlympusModel } from '../olympus/pick.ts';
+import { ApiError } from '../platform/errors.ts';
+import { chooseCatalogModel } from '../inference/decide.ts';
 import type { RouteMatcher } from '../olympus/routing.ts';
-import type { OlympusRepository } from '../repositories/olympus.ts';
-import type { ToolRepository } from '../repositories/tools.ts';
-import type { Sealer } from '../secrets/sealed.ts';
+import type { OlympusRepository } from '../olympus/repository.ts';
+import type { ToolRepository } from '../tools/repository.ts';
+import type { Sealer } from '../platform/sealed.ts';
 import { denialMessage, toolAccess } from '../tools/access.ts';
 import { closeManagedServers, openManagedServers, walletCharger } from '../tools/managed.ts';
-import type { ExecutionRecord, RunRecord, StepResult } from './repository.ts';
+import type { ExecutionRecord, FirstChoice, RunRecord, StepResult } from './records.ts';
+
+export type { FirstChoice } from './records.ts';
 import { renderStep, type ChatStep, type Step, type ToolStep } from './steps.ts';
 
 export interface StepDeps {
@@ -32,6 +33,8 @@ export interface StepDeps {
   /** Olympus's embedding routes: the live routes' own matcher (absent: routes are not matched). */
   routes?: RouteMatcher;
   sealer?: Sealer;
+  /** MANAGED_TOOL_MAX_RESPONSE_BYTES: what is read of a tool step's MCP answer at most. */
+  maxToolResponseBytes: number;
   logger: Logger;
   /** The run fee in micro-units. */
   fee: bigint;
@@ -48,13 +51,6 @@ export interface StepModel {
   olympus?: { model: string; reason: string };
 }
 
-/** An `auto` step 0 chosen by a manual trigger, handed to its execution in the job's data. */
-export interface FirstChoice {
-  model: string;
-  fallbacks: string[];
-  olympus: { model: string; reason: string };
-}
-
 type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes'> & {
   caller: Pick<ElasticCaller, 'state' | 'now'>;
 };
@@ -68,8 +64,9 @@ const chatBody = (step: ChatStep) => ({
 });
 
 /**
- * The catalog model a chat step calls. `auto` is Olympus's chooseModel(), the function a live
- * `POST /api/chat/completions` with `model: "auto"` and the same messages calls: the account's
+ * The catalog model a chat step calls, decided as the front door decides a live
+ * `POST /api/chat/completions` with the same `model` and messages (chooseCatalogModel). `auto` is
+ * Olympus's choice: the account's
  * policy (allowed models, objective), its routes by meaning (one embedding call, not charged, within
  * OLYMPUS_ROUTE_TIMEOUT_MS), the models' live state (warm pools, cool-downs, latency). Olympus must
  * still be enabled for the account (the key's tool pin was checked when the step was saved). Throws
@@ -81,33 +78,35 @@ export async function chooseStepModel(
   step: ChatStep,
   call: { requestId: string; signal: AbortSignal },
 ): Promise<StepModel> {
-  if (!isOlympusModel(step.model)) {
-    const model = deps.catalog.get(step.model);
-    if (!model)
-      throw new ApiError('validation_error', { message: `model "${step.model}" is not in the catalog` });
-    return { model };
-  }
-  if (!deps.olympus) throw new ApiError('olympus_not_enabled', { param: 'model' });
   const body = chatBody(step);
-  const choice = await chooseModel(
+  const found = await chooseCatalogModel(
     {
-      tools: deps.tools,
-      policies: deps.olympus,
       catalog: deps.catalog,
       live: deps.caller,
-      ...(deps.routes ? { routes: deps.routes } : {}),
+      ...(deps.olympus
+        ? {
+            olympus: {
+              tools: deps.tools,
+              policies: deps.olympus,
+              ...(deps.routes ? { routes: deps.routes } : {}),
+            },
+          }
+        : {}),
     },
-    { accountId, toolPin: [] },
+    step.model,
     {
       kinds: ['chat'],
       body,
       requestBytes: JSON.stringify(body).length,
-      tools: false,
+      caller: { accountId, toolPin: [] },
       requestId: call.requestId,
       signal: call.signal,
     },
   );
-  return { model: chosenModel(choice), olympus: { model: choice.model.name, reason: choice.reason } };
+  if (!found)
+    throw new ApiError('validation_error', { message: `model "${step.model}" is not in the catalog` });
+  const { model, olympus } = found;
+  return olympus ? { model, olympus: { model: olympus.model.name, reason: olympus.reason } } : { model };
 }
 
 /** Step 0, decided once: its model (a chat step) and what it may cost at most. */
@@ -164,48 +163,17 @@ function chatBound(model: CatalogModel, step: ChatStep): bigint {
   });
 }
 
-/**
- * A stand-in for the Express response the Elastic call path writes to: it keeps the status, the
- * headers and the (non-streamed) body, so a model call made by Chronos goes through exactly the
- * path a client's call does.
- */
-function captureResponse(): { res: Response; body: () => string; status: () => number } {
-  let status = 200;
-  let sent: Buffer | undefined;
-  const headers = new Map<string, string>();
-  const res = {
-    get headersSent() {
-      return sent !== undefined;
-    },
-    setHeader(name: string, value: string) {
-      headers.set(name.toLowerCase(), String(value));
-      return res;
-    },
-    getHeader: (name: string) => headers.get(name.toLowerCase()),
-    status(code: number) {
-      status = code;
-      return res;
-    },
-    type() {
-      return res;
-    },
-    send(buf: Buffer | string) {
-      sent = Buffer.isBuffer(buf) ? buf : Buffer.from(buf);
-      return res;
-    },
-  };
-  return {
-    res: res as unknown as Response,
-    body: () => sent?.toString('utf8') ?? '',
-    status: () => status,
-  };
-}
-
 export interface StepOutcome {
   ok: boolean;
   output: string | null;
   error: string | null;
   cost: bigint;
+  /**
+   * The step's work reached an upstream (a model engine answered, a managed tool was called): the
+   * run fee is charged only then. A failure on Berth's side (no backend, an internal error, the
+   * balance) is never billed.
+   */
+  ran: boolean;
   model?: string;
   tool?: string;
 }
@@ -219,38 +187,28 @@ async function chatStep(
   signal: AbortSignal,
 ): Promise<StepOutcome> {
   const body = { ...chatBody(step), model: model.name };
-  const capture = captureResponse();
-  await deps.caller.call(
-    {
-      model,
-      kinds: ['chat'],
-      path: '/chat/completions',
-      body,
-      requestBytes: JSON.stringify(body).length,
-      accountId: run.accountId,
-      keyId: run.keyId,
-      requestId: executionId,
-      signal,
-    },
-    capture.res,
-  );
+  // The Elastic call path as a function: the same reservation, fallbacks and settlement as a
+  // client's call, no HTTP objects; the cost is what the wallet settled.
+  const answer = await deps.caller.complete({
+    model,
+    kinds: ['chat'],
+    path: '/chat/completions',
+    body,
+    requestBytes: JSON.stringify(body).length,
+    accountId: run.accountId,
+    keyId: run.keyId,
+    requestId: executionId,
+    signal,
+  });
   if (signal.aborted) throw signal.reason;
-  const answered = deps.catalog.get(String(capture.res.getHeader(MODEL_HEADER) ?? model.name)) ?? model;
-  const parsed = JSON.parse(capture.body()) as {
-    choices?: { message?: { content?: string | null } }[];
-    usage?: { prompt_tokens?: number; completion_tokens?: number };
-  };
-  const cost = callCost(
-    answered.pricing,
-    parsed.usage?.prompt_tokens ?? 0,
-    parsed.usage?.completion_tokens ?? 0,
-  );
+  const choices = answer.body.choices as { message?: { content?: string | null } }[] | undefined;
   return {
     ok: true,
-    output: parsed.choices?.[0]?.message?.content ?? '',
+    output: choices?.[0]?.message?.content ?? '',
     error: null,
-    cost,
-    model: answered.name,
+    cost: answer.cost,
+    ran: true,
+    model: answer.model.name,
   };
 }
 
@@ -262,7 +220,8 @@ async function toolStep(
   signal: AbortSignal,
 ): Promise<StepOutcome> {
   const access = await toolAccess(deps.tools, { accountId: run.accountId, toolPin: [] }, [step.tool_id]);
-  if (!access.ok) return { ok: false, output: null, error: denialMessage(access.denial), cost: 0n };
+  if (!access.ok)
+    return { ok: false, output: null, error: denialMessage(access.denial), cost: 0n, ran: false };
   const tool = access.tools[0]!;
   if (tool.kind !== 'mcp')
     return {
@@ -270,8 +229,13 @@ async function toolStep(
       output: null,
       error: `"${tool.id}" is a feature switch, not a managed tool`,
       cost: 0n,
+      ran: false,
     };
-  const [server] = await openManagedServers([tool], deps.sealer, signal);
+  const [server] = await openManagedServers(
+    [tool],
+    { sealer: deps.sealer, maxResponseBytes: deps.maxToolResponseBytes },
+    signal,
+  );
   try {
     if ('error' in server!.session)
       return {
@@ -279,6 +243,7 @@ async function toolStep(
         output: null,
         error: `Managed tool "${tool.id}" is unavailable: ${server!.session.error}`,
         cost: 0n,
+        ran: false,
       };
     const session = server!.session;
     const name = step.name ?? (session.tools.length === 1 ? session.tools[0]!.name : undefined);
@@ -288,27 +253,33 @@ async function toolStep(
         output: null,
         error: `${step.name ? `Managed tool "${tool.id}" has no tool "${step.name}"` : `Managed tool "${tool.id}" has ${session.tools.length} tools`}; name one in steps.${index}.name (${session.tools.map((t) => t.name).join(', ')})`,
         cost: 0n,
+        ran: false,
       };
     const hold = await walletCharger(deps.wallet, { accountId: run.accountId, keyId: run.keyId })(
       tool.id,
       tool.pricePerCall,
     );
-    if (!hold) return { ok: false, output: null, error: INSUFFICIENT, cost: 0n };
+    if (!hold) return { ok: false, output: null, error: INSUFFICIENT, cost: 0n, ran: false };
     const result = await session.call(name, step.input, signal);
     if (result.answered) hold.settle();
     else hold.release();
-    const cost = result.answered ? tool.pricePerCall : 0n;
-    if (result.isError) return { ok: false, output: null, error: result.text, cost, tool: name };
-    return { ok: true, output: result.text, error: null, cost, tool: name };
+    const ran = result.answered;
+    const cost = ran ? tool.pricePerCall : 0n;
+    if (result.isError) return { ok: false, output: null, error: result.text, cost, ran, tool: name };
+    return { ok: true, output: result.text, error: null, cost, ran, tool: name };
   } finally {
     await closeManagedServers([server!]);
   }
 }
 
+/** Why a run that ran no step on an upstream was not charged, as its reason says it. */
+export const NOT_CHARGED = 'no step reached a model or tool, so the run fee was not charged';
+
 /**
  * Runs the steps of a claimed execution; `save` is told the results after each step. Returns how
  * it ended. Only infrastructure failures throw. `first`: step 0's model as a manual trigger chose it
- * (absent: chosen here, once, before the admission that reserves its bound).
+ * (absent: chosen here, once, before the admission that reserves its bound). `admitted`: what the
+ * manual trigger reserved for the fee and step 0 on this replica, handed over (no second check).
  */
 export async function runSteps(
   deps: StepDeps,
@@ -317,6 +288,7 @@ export async function runSteps(
   stop: AbortSignal,
   save: (results: StepResult[], cost: bigint) => Promise<void>,
   first?: StepModel,
+  admitted?: Hold,
 ): Promise<{ status: 'succeeded' | 'failed'; reason: string | null; results: StepResult[]; cost: bigint }> {
   const steps = execution.steps;
   // Admission: the fee and the first step must be covered before anything runs. Step 0's model is
@@ -325,28 +297,35 @@ export async function runSteps(
     first && steps[0]!.type === 'chat'
       ? { bound: chatBound(first.model, steps[0]!), model: first }
       : await firstStep(deps, run.accountId, steps[0]!, { requestId: execution.id, signal: stop });
-  const admission = await deps.wallet.reserve({ accountId: run.accountId, amount: deps.fee + head.bound });
-  if (!admission.ok)
-    return {
-      status: 'failed',
-      reason: `${INSUFFICIENT}: the balance cannot cover the run fee and the first step`,
-      results: [],
-      cost: 0n,
-    };
-  admission.hold.release();
+  const refused = {
+    status: 'failed' as const,
+    reason: `${INSUFFICIENT}: the balance cannot cover the run fee and the first step`,
+    results: [],
+    cost: 0n,
+  };
+  if (admitted) {
+    // The trigger's hold becomes the fee's: released and reserved in one turn of the event loop
+    // (a reservation the lease covers is taken synchronously), so no other call takes it between.
+    admitted.release();
+  } else {
+    const admission = await deps.wallet.reserve({
+      accountId: run.accountId,
+      amount: deps.fee + head.bound,
+      keyId: run.keyId,
+    });
+    if (!admission.ok) return refused;
+    admission.hold.release();
+  }
   const feeHold =
-    deps.fee > 0n ? await deps.wallet.reserve({ accountId: run.accountId, amount: deps.fee }) : undefined;
-  if (feeHold && !feeHold.ok)
-    return {
-      status: 'failed',
-      reason: `${INSUFFICIENT}: the balance cannot cover the run fee and the first step`,
-      results: [],
-      cost: 0n,
-    };
+    deps.fee > 0n
+      ? await deps.wallet.reserve({ accountId: run.accountId, amount: deps.fee, keyId: run.keyId })
+      : undefined;
+  if (feeHold && !feeHold.ok) return refused;
 
   const results: StepResult[] = [];
   const outputs: string[] = [];
-  let cost = deps.fee;
+  let cost = 0n;
+  let ran = false;
   let failure: string | null = null;
   try {
     for (const [index, raw] of steps.entries()) {
@@ -372,8 +351,11 @@ export async function runSteps(
           : err instanceof ApiError
             ? err.message
             : `The step failed: ${(err as Error).message}`;
-        outcome = { ok: false, output: null, error: message, cost: 0n };
+        // The engine answered (it refused the request, or ran past the wall clock): the step ran.
+        const reached = signal.aborted || (err instanceof ApiError && err.code === 'engine_error');
+        outcome = { ok: false, output: null, error: message, cost: 0n, ran: reached };
       }
+      ran ||= outcome.ran;
       cost += outcome.cost;
       results.push({
         index,
@@ -390,7 +372,7 @@ export async function runSteps(
         endedAt: new Date().toISOString(),
       });
       // The last step's results are written when the execution ends (one write fewer per run).
-      if (outcome.ok && index < steps.length - 1) await save(results, cost);
+      if (outcome.ok && index < steps.length - 1) await save(results, cost + (ran ? deps.fee : 0n));
       if (!outcome.ok) {
         failure = `Step ${index} (${step.type}) failed: ${outcome.error}`;
         break;
@@ -398,9 +380,10 @@ export async function runSteps(
       outputs.push(outcome.output ?? '');
     }
   } finally {
-    // The fee is charged once a step ran (the execution happened), whatever its outcome.
+    // The fee is charged once a step reached an upstream (the run happened), whatever its outcome;
+    // a run that failed on Berth's side before that is never billed.
     if (feeHold?.ok) {
-      if (results.length)
+      if (ran)
         feeHold.hold.settle(deps.fee, {
           keyId: run.keyId,
           model: 'chronos',
@@ -410,6 +393,7 @@ export async function runSteps(
       else feeHold.hold.release();
     }
   }
-  if (!results.length) cost = 0n;
+  if (ran) cost += deps.fee;
+  if (failure && !ran) failure = `${failure} (${NOT_CHARGED})`;
   return { status: failure ? 'failed' : 'succeeded', reason: failure, results, cost };
 }

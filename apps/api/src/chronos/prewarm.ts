@@ -17,16 +17,17 @@
 // worse one. The route match costs one embedding call, not charged; a prompt that uses an earlier
 // step's output is matched with those outputs empty.
 import type { DedicatedEndpoint } from '@berth/crds';
-import type { EndpointCache } from '../endpoints/ports.ts';
-import { isOlympusModel } from '../olympus/pick.ts';
+import type { EndpointCache, EndpointWrites } from '../dedicated/ports.ts';
+import { isOlympusModel } from '../olympus/choose.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { CatalogModel } from '../elastic/entry.ts';
-import { ApiError } from '../errors.ts';
+import { ApiError } from '../platform/errors.ts';
 import { chooseStepModel, type StepDeps } from './execute.ts';
 import { renderStep, type Step } from './steps.ts';
 
 export interface PrewarmPlatform {
-  endpoints: Pick<EndpointCache, 'get'>;
+  /** `annotate`: the activity that keeps an endpoint awake until the fire. */
+  endpoints: Pick<EndpointCache, 'get'> & Pick<EndpointWrites, 'annotate'>;
   /** The proxy's wake-on-demand (PlatformUpstream.wake). */
   upstream: { wake(endpoint: DedicatedEndpoint): Promise<void> };
 }
@@ -36,6 +37,8 @@ export interface PrewarmTarget {
   /** The catalog model of the step that calls it. */
   model: string;
   step: number;
+  /** Hibernated (to wake); otherwise up or waking (to keep awake until the fire). */
+  asleep: boolean;
 }
 
 type ChooseDeps = Pick<StepDeps, 'catalog' | 'olympus' | 'tools' | 'routes'> & {
@@ -57,13 +60,15 @@ export function mayCallEndpoint(catalog: Pick<ElasticCatalog, 'get'>, steps: rea
 /**
  * The hibernated endpoints the run's chat steps would call: per step, the backend its model's call
  * would use first (backends in order; an external URL or an endpoint that is up or waking answers
- * without a wake; one that is building, failed or terminating is skipped by the call too).
+ * without a wake; one that is building, failed or terminating is skipped by the call too). With
+ * `awake`, also the endpoints the steps would call that are up or waking.
  */
 export async function prewarmTargets(
-  deps: ChooseDeps & { platform: PrewarmPlatform },
+  deps: ChooseDeps & { platform: { endpoints: Pick<EndpointCache, 'get'> } },
   accountId: string,
   steps: readonly Step[],
   call: { requestId: string; signal: AbortSignal },
+  options: { awake?: boolean } = {},
 ): Promise<PrewarmTarget[]> {
   const targets = new Map<string, PrewarmTarget>();
   // Olympus's view at the fire: the pools this pre-warm wakes are warm by then (cool-downs and
@@ -92,8 +97,9 @@ export async function prewarmTargets(
       const e = deps.platform.endpoints.get(b.endpoint);
       const phase = e?.status?.phase;
       if (!e || e.metadata.deletionTimestamp || phase === 'building' || phase === 'failed') continue;
-      if (phase === 'hibernated' && !targets.has(b.endpoint))
-        targets.set(b.endpoint, { endpoint: e, model: model.name, step: index });
+      const asleep = phase === 'hibernated';
+      if ((asleep || options.awake) && !targets.has(b.endpoint))
+        targets.set(b.endpoint, { endpoint: e, model: model.name, step: index, asleep });
       break;
     }
   }

@@ -12,8 +12,14 @@ export const MAX_STEPS = 10;
 const required = (what: string) => (issue: { input: unknown }) =>
   issue.input === undefined ? 'is required' : `must be ${what}`;
 
+/** Longer than any cron expression a person writes (`0,15,30,45 8-18/2 1-7,15 jan-jun mon-fri` is 39). */
+const SCHEDULE_MAX = 100;
+
 export const scheduleField = z
   .string({ error: required('a string such as "0 3 * * *" or "@hourly"') })
+  .trim()
+  .max(SCHEDULE_MAX, `must be at most ${SCHEDULE_MAX} characters`)
+  .regex(/^[^\p{Cc}\u2028\u2029]*$/u, 'must be on one line, without control characters')
   .superRefine((v, ctx) => {
     const r = parseCron(v);
     if (!r.ok) ctx.addIssue({ code: 'custom', message: r.message });
@@ -108,10 +114,16 @@ export const stepsField = z
       for (const { path, text } of templatedStrings(step))
         for (const m of text.matchAll(TEMPLATE)) {
           if (Number(m[1]) < i) continue;
+          const before =
+            i === 0
+              ? 'the first step has no step before it'
+              : i === 1
+                ? 'step 1 can use {{steps.0.output}} only'
+                : `step ${i} can use {{steps.0.output}} … {{steps.${i - 1}.output}}`;
           ctx.addIssue({
             code: 'custom',
             path: [i, ...path],
-            message: `refers to ${m[0]}; a step can only use the outputs of the steps before it ({{steps.0.output}} … {{steps.${Math.max(0, i - 1)}.output}})`,
+            message: `refers to ${m[0]}; a step can only use the outputs of the steps before it (${before})`,
           });
           return;
         }

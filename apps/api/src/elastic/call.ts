@@ -1,30 +1,36 @@
-// Calling a catalog model: the one function the Elastic routes (and later managed tools and
-// Olympus) use. It resolves the display name to its backends, reserves the call's upper bound in the
-// wallet before any upstream work (402 otherwise), forwards through the dedicated proxy's one path
-// (forward(), platform endpoints woken and held by their Upstream), falls back on 429, 5xx and
-// connection errors — to the model's next backend, then to the models of its fallback list, in
-// order, backends that failed in the last ELASTIC_COOLDOWN_MS last — only before the first byte
-// reached the client, and settles the exact usage (a stream cut short included) afterwards.
+// Calling a catalog model: the one call path of the front door's catalog calls, the managed tool
+// loop's model steps, Chronos's chat steps and Olympus's embeddings. It resolves the model to its
+// backends, reserves the call's upper bound in the wallet before any upstream work (402 otherwise),
+// forwards through the dedicated proxy's one path (forward(), platform endpoints woken and held by
+// their Upstream), falls back on 429, 5xx and connection errors — to the model's next backend, then
+// to the models of its fallback list, in order, backends that failed in the last ELASTIC_COOLDOWN_MS
+// last — only before the first byte reached the client, and settles the exact usage (a stream cut
+// short included) afterwards. A fallback never surprises the bill: it goes only to models priced at
+// or below the one asked for, unless the key or the request opts in to dearer ones.
 import type { Response } from 'express';
 import type { Dispatcher } from 'undici';
 import type { DedicatedEndpoint } from '@berth/crds';
-import { callCost, reservationBound } from '../billing/money.ts';
+import { callCost } from '../platform/money.ts';
+import { refusalError } from '../billing/refusal.ts';
 import type { Wallet } from '../billing/wallet.ts';
-import type { EndpointCache } from '../endpoints/ports.ts';
-import { ApiError } from '../errors.ts';
-import { forward, forwardJson, type ForwardRequest } from '../proxy/forward.ts';
-import { ClientGone } from '../proxy/scope.ts';
-import { usageOf, type Usage } from '../proxy/sse.ts';
-import { affinityKey } from '../upstream/affinity.ts';
-import type { Lease, Upstream } from '../upstream/types.ts';
+import type { EndpointCache } from '../dedicated/ports.ts';
+import { ApiError } from '../platform/errors.ts';
+import { forward, forwardJson, type ForwardRequest } from '../dedicated/proxy/forward.ts';
+import { ClientGone } from '../dedicated/proxy/scope.ts';
+import { usageOf, type Usage } from '../dedicated/proxy/sse.ts';
+import { affinityKey } from '../dedicated/upstream/affinity.ts';
+import type { Acquired, Lease, Upstream } from '../dedicated/upstream/types.ts';
 import type { ElasticCatalog } from './catalog.ts';
 import type { Backend, CatalogModel, ModelKind } from './entry.ts';
+import { externalUpstream } from './external-upstream.ts';
+import { callModels, DEARER_FALLBACK_FIELD, retriable } from './fallback-plan.ts';
+import { childSpan, endWith, tracing, type Context, type TraceSpan } from '../platform/tracing.ts';
+import type { Reservation } from '../billing/wallet-account.ts';
 
 /** The header naming the catalog model that answered, and the one it fell back from. */
 export const MODEL_HEADER = 'x-berth-model';
 export const FALLBACK_HEADER = 'x-berth-fallback-from';
-/** At most this many models are tried for one call (the requested one and its fallbacks). */
-const MAX_MODELS = 8;
+export { DEARER_FALLBACK_FIELD, notDearer } from './fallback-plan.ts';
 
 export interface ElasticDeps {
   catalog: ElasticCatalog;
@@ -50,10 +56,12 @@ export interface ModelCall {
   keyId: string;
   requestId: string;
   signal: AbortSignal;
-  /** Name the answering catalog model in the body's `model` (Olympus: the engine names its own). */
-  renameModel?: boolean;
   /** Not charged to the account (Olympus's own embedding calls): no reservation, no usage row. */
   unbilled?: true;
+  /** The key's setting: fallbacks may go to models dearer than `model` (the request may say otherwise). */
+  allowDearerFallback?: boolean;
+  /** The request's trace (platform/tracing.ts): reservation, each backend tried and settlement are spans. */
+  trace?: Context;
 }
 
 /** What Olympus ranks a catalog model by, as this API replica sees it now. */
@@ -66,6 +74,14 @@ export interface ModelState {
   latencyMs?: number;
 }
 
+/** One non-streamed call read whole: the answer, the catalog model that gave it, what it cost. */
+export interface CompletedCall {
+  model: CatalogModel;
+  body: Record<string, unknown>;
+  /** What the wallet charged for it, in micro-units (0 for a free query). */
+  cost: bigint;
+}
+
 export interface ElasticCaller {
   /** Answers one call on `res` (or throws an ApiError while nothing was sent). */
   call(c: ModelCall, res: Response): Promise<void>;
@@ -73,7 +89,7 @@ export interface ElasticCaller {
    * One non-streamed call, read whole (each step of a managed tool loop): the same reservation,
    * fallbacks and settlement as call(); the body and the catalog model that answered.
    */
-  complete(c: ModelCall): Promise<{ model: CatalogModel; body: Record<string, unknown> }>;
+  complete(c: ModelCall): Promise<CompletedCall>;
   /**
    * Olympus's embedding call: `inputs` embedded by the catalog embedding model `model` through the
    * same backends, fallbacks and cool-downs as /api/embeddings, not charged. One vector per input,
@@ -88,14 +104,6 @@ export interface ElasticCaller {
   state(m: CatalogModel): ModelState;
   /** The clock of coolingUntil. */
   now(): number;
-}
-
-function maxTokens(body: Record<string, unknown>): number | undefined {
-  for (const k of ['max_tokens', 'max_completion_tokens', 'max_output_tokens']) {
-    const v = body[k];
-    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
-  }
-  return undefined;
 }
 
 /** An EmbeddingResponse's vectors in input order; an answer of another shape is the engine's fault. */
@@ -123,26 +131,27 @@ function vectorsOf(body: Record<string, unknown>, count: number): number[][] {
   return out as number[][];
 }
 
-/** The requested model, then its fallbacks depth-first, each once. */
-function chain(catalog: ElasticCatalog, first: CatalogModel): CatalogModel[] {
-  const out: CatalogModel[] = [];
-  const seen = new Set<string>();
-  const visit = (m: CatalogModel) => {
-    if (seen.has(m.name) || out.length >= MAX_MODELS) return;
-    seen.add(m.name);
-    out.push(m);
-    for (const f of m.fallbacks) {
-      const next = catalog.get(f);
-      if (next) visit(next);
-    }
-  };
-  visit(first);
-  return out;
-}
+/** A wallet reservation's span attributes: its outcome. */
+const reserved = (r: Reservation) => ({ 'berth.outcome': r.ok ? 'ok' : r.reason });
 
-/** Worth another backend: capacity, overload, engine down. Not: the engine refused the request. */
-function retriable(err: ApiError): boolean {
-  return err.status === 429 || err.status >= 500;
+/** A wake's span attributes: its outcome, and how long the call was held. */
+const woken = (a: Acquired) => ({
+  'berth.outcome': a.ok ? 'ok' : a.reason,
+  ...(a.ok && a.wake ? { 'berth.wake.held_ms': a.wake.heldMs } : {}),
+});
+
+/** One backend tried (tracing on): the model, which backend, its place in the fallback order. */
+function backendSpan(parent: Context, m: CatalogModel, b: Backend, index: number, first: CatalogModel) {
+  return tracing.span('berth.elastic.backend', parent, {
+    'berth.catalog_model': m.name,
+    'gen_ai.request.model': m.name,
+    'berth.backend': 'endpoint' in b ? b.endpoint : 'external',
+    ...('endpoint' in b
+      ? { 'berth.endpoint.id': b.endpoint }
+      : { 'server.address': new URL(b.baseUrl).host }),
+    'berth.fallback': index,
+    ...(m === first ? {} : { 'berth.fallback.from': first.name }),
+  });
 }
 
 export function elasticCaller(deps: ElasticDeps): ElasticCaller {
@@ -155,11 +164,13 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
     b: Backend,
     signal: AbortSignal,
     key: number,
+    span?: TraceSpan,
   ): Promise<{ lease: Lease; model: string; headers?: Record<string, string>; retries: number }> => {
     if (!('endpoint' in b)) {
-      const lease: Lease = { next: () => b.baseUrl, release() {} };
+      const acquired = await externalUpstream.acquire(b, { hold: 0, signal, key });
+      if (!acquired.ok) throw new ApiError('service_unavailable');
       return {
-        lease,
+        lease: acquired.lease,
         model: b.model,
         ...(b.apiKey ? { headers: { authorization: `Bearer ${b.apiKey}` } } : {}),
         retries: 0,
@@ -167,11 +178,21 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
     }
     const endpoint = deps.platform?.endpoints.get(b.endpoint);
     if (!endpoint) throw new ApiError('service_unavailable');
-    const acquired = await deps.platform!.upstream.acquire(endpoint, {
-      hold: deps.config.wakeHoldMs,
-      signal,
-      key,
-    });
+    // A platform endpoint that sleeps is woken and the call held: the wake is a span of the backend's.
+    const phase = endpoint.status?.phase;
+    const waking =
+      span && (phase === 'hibernated' || phase === 'waking')
+        ? childSpan('berth.wake', span.context, {
+            'berth.endpoint.id': b.endpoint,
+            'berth.wake.phase': phase,
+            'berth.wake.hold_ms': deps.config.wakeHoldMs,
+          })
+        : undefined;
+    const acquired = await endWith(
+      waking,
+      deps.platform!.upstream.acquire(endpoint, { hold: deps.config.wakeHoldMs, signal, key }),
+      woken,
+    );
     if (!acquired.ok) {
       if (acquired.reason === 'aborted') throw signal.reason;
       throw new ApiError('service_unavailable');
@@ -194,43 +215,51 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
     c: ModelCall,
     sent: () => boolean,
     send: (m: CatalogModel, req: ForwardRequest, retries: number) => Promise<{ usage?: Usage; value: T }>,
-  ): Promise<T | undefined> => {
-    const bound = reservationBound({
-      pricing: c.model.pricing,
-      requestBytes: c.requestBytes,
-      maxTokens: c.kinds.includes('embedding') ? 0 : maxTokens(c.body),
-      ...(c.model.contextLength ? { contextLength: c.model.contextLength } : {}),
-    });
+  ): Promise<{ value: T; cost: bigint } | undefined> => {
+    const { models, skipped, bound } = callModels(deps.catalog, c);
+    const traced = tracing.enabled ? c.trace : undefined;
     const reservation = c.unbilled
       ? { ok: true as const, hold: { settle: () => 0n, release() {} } }
-      : await deps.wallet.reserve({ accountId: c.accountId, amount: bound, free: true });
-    if (!reservation.ok) throw new ApiError('insufficient_balance');
+      : await endWith(
+          traced && tracing.span('berth.wallet.reserve', traced),
+          deps.wallet.reserve({ accountId: c.accountId, amount: bound, free: true, keyId: c.keyId }),
+          reserved,
+        );
+    if (!reservation.ok) throw refusalError(reservation, deps.wallet.currency);
     const hold = reservation.hold;
+    const { [DEARER_FALLBACK_FIELD]: _optIn, ...upstreamBody } = c.body;
     let settled = false;
-    const settle = (m: CatalogModel, usage: Usage | undefined) => {
+    const settle = (m: CatalogModel, usage: Usage | undefined): bigint => {
       settled = true;
       const u = usage ?? { promptTokens: 0, completionTokens: 0 };
-      hold.settle(callCost(m.pricing, u.promptTokens, u.completionTokens), {
+      const span = traced && tracing.span('berth.wallet.settle', traced, { 'berth.catalog_model': m.name });
+      const cost = hold.settle(callCost(m.pricing, u.promptTokens, u.completionTokens), {
         keyId: c.keyId,
         model: m.name,
         ...u,
       });
+      span?.set({
+        'gen_ai.usage.input_tokens': u.promptTokens,
+        'gen_ai.usage.output_tokens': u.completionTokens,
+      });
+      span?.end();
+      return cost;
     };
     let last: ApiError | undefined;
     try {
       // Backends that failed recently go last rather than nowhere: when everything is cooling
       // down, trying is still better than refusing.
       const t = now();
-      const candidates = chain(deps.catalog, c.model)
-        .filter((m) => c.kinds.includes(m.kind))
-        .flatMap((m) => m.backends.map((b) => ({ m, b, key: backendKey(b) })));
+      const candidates = models.flatMap((m) => m.backends.map((b) => ({ m, b, key: backendKey(b) })));
       const affinity = affinityKey(c.body);
       const cool = (key: string) => (cooling.get(key) ?? 0) > t;
       const ordered = [...candidates.filter((x) => !cool(x.key)), ...candidates.filter((x) => cool(x.key))];
+      let tried = 0;
       for (const { m, b, key } of ordered) {
         let lease: Lease | undefined;
+        const span: TraceSpan | undefined = traced && backendSpan(traced, m, b, tried++, c.model);
         try {
-          const got = await acquire(b, c.signal, affinity);
+          const got = await acquire(b, c.signal, affinity, span);
           lease = got.lease;
           const started = now();
           const out = await send(
@@ -239,18 +268,23 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
               upstream: got.lease,
               method: 'POST',
               path: c.path,
-              body: { ...c.body, model: got.model },
+              body: { ...upstreamBody, model: got.model },
               requestId: c.requestId,
               signal: c.signal,
               ...(got.headers ? { headers: got.headers } : {}),
-              ...(c.renameModel ? { renameModel: { from: got.model, to: m.name } } : {}),
+              ...(c.trace ? { trace: span ? span.context : c.trace } : {}),
+              // One rule on every path (plain, fallback, Olympus, tools, Chronos): the answer's
+              // `model` is the catalog model that answered, never a backend's own name.
+              ...(c.unbilled ? {} : { renameModel: { from: got.model, to: m.name } }),
             },
             got.retries,
           );
           if (c.body.stream !== true) observe(m, now() - started);
-          settle(m, out.usage);
-          return out.value;
+          span?.set({ 'berth.outcome': 'ok' });
+          span?.end();
+          return { value: out.value, cost: settle(m, out.usage) };
         } catch (err) {
+          span?.end(err);
           if (sent() || !(err instanceof ApiError) || !retriable(err)) {
             // The engine refused the request (4xx: another backend would too), or the call
             // ended without an answer (client gone, key revoked, wall clock while held).
@@ -268,15 +302,26 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
       throw err;
     }
     hold.release();
+    // Fallbacks left out for their price are named, with the way to allow them.
+    const untried = skipped.length
+      ? `; fallbacks priced above ${c.model.name} were not tried (${skipped.join(', ')}): send "${DEARER_FALLBACK_FIELD}": true, or allow it on the key, to use them`
+      : '';
     if (last?.status === 429)
       throw new ApiError('rate_limited', {
-        message: `Model ${c.model.name} is over capacity and no fallback could take the call; retry with backoff`,
+        message: `Model ${c.model.name} is over capacity and no fallback could take the call${untried}; retry with backoff`,
         headers: { 'retry-after': '1' },
+      });
+    if (untried && last)
+      throw new ApiError(last.code, {
+        message: `${last.message}${untried}`,
+        status: last.status,
+        type: last.type,
+        headers: last.headers,
       });
     throw (
       last ??
       new ApiError('service_unavailable', {
-        message: `Model ${c.model.name} has no backend available right now; retry with backoff`,
+        message: `Model ${c.model.name} has no backend available right now${untried}; retry with backoff`,
         headers: { 'retry-after': '5' },
       })
     );
@@ -308,7 +353,7 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
         },
       );
       if (!out) throw new ClientGone();
-      return out;
+      return { ...out.value, cost: out.cost };
     },
     async embed(e) {
       const out = await run(
@@ -330,7 +375,7 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
         }),
       );
       if (!out) throw e.signal.reason ?? new ClientGone();
-      return out;
+      return out.value;
     },
     state(m) {
       const t = now();

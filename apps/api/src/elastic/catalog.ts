@@ -5,13 +5,21 @@ import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { ApiError } from '../errors.ts';
+import { ApiError } from '../platform/errors.ts';
 import { parse } from '../http/validate.ts';
-import { parseAmount } from '../billing/money.ts';
-import { pgListener, type PgListener } from '../pg-listener.ts';
-import { entryBody, type Backend, type CatalogModel, type EntryBody, type StoredBackend } from './entry.ts';
+import { parseAmount } from '../platform/money.ts';
+import { pgListener, type PgListener } from '../platform/pg-listener.ts';
+import {
+  entryBody,
+  FALLBACK_KINDS,
+  KIND_NAME,
+  type Backend,
+  type CatalogModel,
+  type EntryBody,
+  type StoredBackend,
+} from './entry.ts';
 import type { CatalogRepository, ModelRow } from './repository.ts';
-import type { Sealer } from '../secrets/sealed.ts';
+import type { Sealer } from '../platform/sealed.ts';
 
 export const CATALOG_CHANNEL = 'berth_catalog';
 
@@ -114,9 +122,26 @@ export async function elasticCatalog(deps: CatalogDeps): Promise<ElasticCatalog>
         if (b.apiKey !== undefined && !deps.sealer)
           throw invalid('set BERTH_SECRETS_KEY on the API to store backend secrets', `backends.${i}.apiKey`);
       });
+      const fits = FALLBACK_KINDS[entry.kind];
       entry.fallbacks.forEach((f, i) => {
-        if (f !== name && !models.has(f)) throw invalid(`no catalog model named ${f}`, `fallbacks.${i}`);
+        if (f === name) return; // the cycle check below names it
+        const target = models.get(f);
+        if (!target) throw invalid(`no catalog model named ${f}`, `fallbacks.${i}`);
+        if (!fits.includes(target.kind))
+          throw invalid(
+            `${f} is ${KIND_NAME[target.kind]}; ${KIND_NAME[entry.kind]} can only fall back to ${fits.map((k) => KIND_NAME[k]).join(' or ')}`,
+            `fallbacks.${i}`,
+          );
       });
+      // A new kind must still suit the models that fall back to this one.
+      const dependent = sorted.find(
+        (m) => m.name !== name && m.fallbacks.includes(name) && !FALLBACK_KINDS[m.kind].includes(entry.kind),
+      );
+      if (dependent)
+        throw invalid(
+          `${dependent.name} (${KIND_NAME[dependent.kind]}) falls back to ${name}, so ${name} must stay ${FALLBACK_KINDS[dependent.kind].map((k) => KIND_NAME[k]).join(' or ')}; change its fallbacks first`,
+          'kind',
+        );
       const cycle = findCycle(name, (n) => (n === name ? entry.fallbacks : (models.get(n)?.fallbacks ?? [])));
       if (cycle) throw invalid(`fallback cycle ${cycle.join(' → ')}`, 'fallbacks');
       const backends: StoredBackend[] = entry.backends.map((b) =>
@@ -219,7 +244,10 @@ export async function catalogNotifications(
   });
   return {
     async notify() {
-      await listener.client?.query(`NOTIFY ${CATALOG_CHANNEL}`);
+      // The write is committed: a replica that misses this reloads when its listener is back.
+      await listener
+        .query(`NOTIFY ${CATALOG_CHANNEL}`)
+        .catch((err: unknown) => logger.warn({ err: (err as Error).message }, 'catalog NOTIFY failed'));
     },
     close: () => listener.close(),
   };

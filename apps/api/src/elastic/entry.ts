@@ -1,14 +1,34 @@
 // A catalog entry as the admin writes it (PUT /admin/models/{name}, BERTH_MODELS_FILE) and as the
 // API shows it back: one zod schema, with messages that name the field to fix.
+import { ENDPOINT_ID_MAX_LENGTH, ENDPOINT_ID_PREFIX, isEndpointId } from '@berth/crds';
 import { z } from 'zod';
-import { formatAmount, parseAmount, type TokenPricing } from '../billing/money.ts';
+import { formatAmount, parseAmount, type TokenPricing } from '../platform/money.ts';
 
 export const MODEL_KINDS = ['chat', 'completion', 'embedding'] as const;
 export type ModelKind = (typeof MODEL_KINDS)[number];
 
+export const KIND_NAME: Record<ModelKind, string> = {
+  chat: 'a chat model',
+  completion: 'a completion model',
+  embedding: 'an embedding model',
+};
+
+/**
+ * The kinds a model of `kind` may fall back to: a fallback answers on the routes the model serves. A
+ * chat model is called on the chat routes (chat, responses) and text completions, so only a chat model
+ * can stand in; a completion model only on text completions, which chat models serve too; an
+ * embedding model only on embeddings.
+ */
+export const FALLBACK_KINDS: Record<ModelKind, readonly ModelKind[]> = {
+  chat: ['chat'],
+  completion: ['completion', 'chat'],
+  embedding: ['embedding'],
+};
+
 /** Display names: what callers put in `model`; not an endpoint id, not Olympus's names. */
 export const MODEL_NAME = /^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$/;
-const RESERVED = new Set(['auto', 'olympus', 'olympus-auto']);
+/** `model` values that ask Olympus to choose (olympus/choose.ts OLYMPUS_MODELS, which elastic cannot import). */
+export const RESERVED = new Set(['auto', 'olympus', 'olympus-auto']);
 export const modelName = z
   .string()
   .regex(
@@ -16,7 +36,7 @@ export const modelName = z
     'must be 1-128 letters, digits, ".", "_", ":", "/" or "-", starting with a letter or digit',
   )
   .refine(
-    (n) => !n.startsWith('endpt-'),
+    (n) => !n.startsWith(ENDPOINT_ID_PREFIX),
     'must not start with "endpt-" (endpoint ids are callable as they are)',
   )
   .refine((n) => !RESERVED.has(n), 'is reserved for Olympus (auto, olympus, olympus-auto)');
@@ -28,7 +48,10 @@ const backend = z
   .object({
     endpoint: z
       .string()
-      .regex(/^endpt-[a-z0-9]+$/, 'must be a dedicated endpoint id (endpt-…)')
+      .refine(
+        isEndpointId,
+        `must be a dedicated endpoint id (${ENDPOINT_ID_PREFIX}…, a DNS label of at most ${ENDPOINT_ID_MAX_LENGTH} characters)`,
+      )
       .optional(),
     baseUrl: z
       .url({ protocol: /^https?$/, error: 'must be an http(s) URL such as http://vllm.internal:8000/v1' })
@@ -62,7 +85,7 @@ export const entryBody = z
   .strict();
 export type EntryBody = z.infer<typeof entryBody>;
 
-/** A backend as stored: the API key sealed (./secrets.ts). */
+/** A backend as stored: the API key sealed (platform/sealed.ts). */
 export type StoredBackend = { endpoint: string } | { baseUrl: string; model: string; secret?: string };
 
 /** A backend as served from memory: the API key opened. */

@@ -5,13 +5,13 @@ import type { Database } from '@berth/db';
 import type { Logger } from 'pino';
 import type { Dispatcher } from 'undici';
 import type { Wallet } from '../billing/wallet.ts';
-import type { Config } from '../config.ts';
-import type { EndpointCache } from '../endpoints/ports.ts';
-import type { Upstream } from '../upstream/types.ts';
+import type { Config } from '../platform/config.ts';
+import type { EndpointCache } from '../dedicated/ports.ts';
+import type { Upstream } from '../dedicated/upstream/types.ts';
 import { applyModelsFile, catalogNotifications, elasticCatalog, type ElasticCatalog } from './catalog.ts';
 import { elasticCaller, type ElasticCaller } from './call.ts';
 import { catalogRepository } from './repository.ts';
-import type { Sealer } from '../secrets/sealed.ts';
+import type { Sealer } from '../platform/sealed.ts';
 
 export interface Elastic {
   catalog: ElasticCatalog;

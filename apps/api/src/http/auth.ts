@@ -1,9 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Request, RequestHandler, Response } from 'express';
-import { ApiError } from '../errors.ts';
-import type { KeyService, Principal, TrackedCall } from '../keys/service.ts';
-import type { Scope } from '../repositories/keys.ts';
-import { changesState, csrfValid, sessionAccount } from '../auth/session.ts';
+import { ApiError } from '../platform/errors.ts';
+import { childSpan, tracing, type TraceSpan } from '../platform/tracing.ts';
+import { simpleError } from './openapi.ts';
+import type { KeyVerifier, Principal, Scope, TrackedCall } from './principal.ts';
+import { changesState, csrfValid, sessionAccount } from './session.ts';
 
 /** The Bearer token, or null when the header is absent or not a Bearer credential. */
 export function bearerToken(req: Request): string | null {
@@ -56,7 +57,7 @@ export function callerOf(res: Response): Caller {
  * aborts it (the caller's signal). With `public`, a request that hook admits needs no key.
  */
 export function requireKey(
-  keys: KeyService,
+  keys: KeyVerifier,
   scopes: readonly Scope[],
   options: { public?: PublicAccess; session?: SessionMode } = {},
 ): RequestHandler {
@@ -70,15 +71,15 @@ export function requireKey(
 /**
  * requireKey() without the middleware around it: admits the request (the caller in
  * `res.locals.caller`, see callerOf) or throws its ApiError. The dedicated proxy's fast path
- * (routes/dedicated.ts) calls it directly.
+ * (inference/fast-path.ts) calls it directly.
  */
 export function keyAuthenticator(
-  keys: KeyService,
+  keys: KeyVerifier,
   scopes: readonly Scope[],
   options: { public?: PublicAccess; session?: SessionMode } = {},
 ): (req: Request, res: Response) => Promise<void> {
   const needed = scopes.map((s) => `"${s}"`).join(' or ');
-  return async (req, res) => {
+  const admit = async (req: Request, res: Response): Promise<void> => {
     const open = options.public?.(req, res);
     if (open) {
       res.locals.caller = { accountId: (await open).accountId } satisfies Caller;
@@ -104,6 +105,25 @@ export function keyAuthenticator(
     res.locals.principal = principal; // the access log names the account
     res.locals.caller = trackedCaller(keys, principal, res);
   };
+  return (req, res) => (tracing.enabled ? tracedAdmit(admit, req, res) : admit(req, res));
+}
+
+/** The key check as a span of the request's trace (its outcome; never the key). */
+async function tracedAdmit(
+  admit: (req: Request, res: Response) => Promise<void>,
+  req: Request,
+  res: Response,
+): Promise<void> {
+  const span = childSpan('berth.auth', (res.locals.trace as TraceSpan | undefined)?.context);
+  try {
+    await admit(req, res);
+    const caller = res.locals.caller as Caller;
+    span?.set({ 'berth.outcome': 'ok', 'berth.auth.kind': caller.principal ? 'key' : 'public' });
+    span?.end();
+  } catch (err) {
+    span?.end(err);
+    throw err;
+  }
 }
 
 /** The tracked call a response releases when it closes (one listener shared by every response). */
@@ -114,7 +134,7 @@ function releaseTracked(this: WithTracked) {
 }
 
 /** A key's caller, tracked until the response closes: its signal is made only if read. */
-function trackedCaller(keys: KeyService, principal: Principal, res: Response, session?: true): KeyCaller {
+function trackedCaller(keys: KeyVerifier, principal: Principal, res: Response, session?: true): KeyCaller {
   const tracked = keys.track(principal.keyId);
   (res as WithTracked)[TRACKED] = tracked;
   res.on('close', releaseTracked);
@@ -138,7 +158,7 @@ class TrackedCaller implements KeyCaller {
 }
 
 async function sessionCaller(
-  keys: KeyService,
+  keys: KeyVerifier,
   accountId: string,
   mode: SessionMode,
   res: Response,
@@ -171,3 +191,10 @@ export function requireAdmin(adminToken: string): RequestHandler {
     next();
   };
 }
+
+/** Settings → Keys and Settings → Billing: a global key, or the dashboard's session. */
+export const globalKey = { scopes: ['global'], session: 'manage' } as const;
+export const globalKeyErrors = {
+  401: { description: 'Missing, malformed or revoked key', schema: simpleError },
+  403: { description: 'The key is not a global key', schema: simpleError },
+};

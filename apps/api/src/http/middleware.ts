@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import express, { type ErrorRequestHandler, type RequestHandler } from 'express';
 import type { Logger } from 'pino';
-import { databaseUnavailable } from '../db-unavailable.ts';
-import { ApiError, errorBody, familyOf } from '../errors.ts';
-import type { ApiMetrics } from '../metrics.ts';
+import { databaseUnavailable } from '../platform/db-unavailable.ts';
+import { ApiError, errorBody, familyOf } from '../platform/errors.ts';
+import type { ApiMetrics } from '../platform/metrics.ts';
+import { keepBodyBytes } from './body-bytes.ts';
 
 const SAFE_REQUEST_ID = /^[\w.:-]{1,128}$/;
 
@@ -14,6 +15,37 @@ export function requestId(): RequestHandler {
     const id = given && SAFE_REQUEST_ID.test(given) ? given : randomUUID();
     res.locals.requestId = id;
     res.setHeader('x-request-id', id);
+    next();
+  };
+}
+
+/**
+ * The headers of every page the API serves to browsers (the dashboard and its files, the development
+ * identity provider's pages): a Content-Security-Policy that lets a page load, connect and submit
+ * forms to its own origin only (no inline script, no plugin, no <base>), never framed
+ * (`frame-ancestors 'none'`, and X-Frame-Options for browsers older than CSP 2), no MIME sniffing,
+ * and no Referer beyond the origin. `styles`: extra style sources (a page's inline <style> by its
+ * hash); `formAction`: extra origins a form may go to (its redirects count in Chromium).
+ */
+export function pageHeaders(
+  extra: { styles?: readonly string[]; formAction?: readonly string[] } = {},
+): RequestHandler {
+  const policy = [
+    "default-src 'self'",
+    "script-src 'self'",
+    ["style-src 'self'", ...(extra.styles ?? [])].join(' '),
+    "img-src 'self' data:",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    ["form-action 'self'", ...(extra.formAction ?? [])].join(' '),
+    "frame-ancestors 'none'",
+  ].join('; ');
+  return (_req, res, next) => {
+    res.setHeader('content-security-policy', policy);
+    res.setHeader('x-frame-options', 'DENY');
+    res.setHeader('x-content-type-options', 'nosniff');
+    res.setHeader('referrer-policy', 'same-origin');
     next();
   };
 }
@@ -170,7 +202,9 @@ function onBodyEnd(this: Read) {
   if (r.received !== r.length)
     return r.reject(new ApiError('invalid_json', { message: 'The request could not be read' }));
   try {
-    this.body = parseJsonText(r.chunks ? Buffer.concat(r.chunks, r.received) : r.first!);
+    const buf = r.chunks ? Buffer.concat(r.chunks, r.received) : r.first!;
+    this.body = parseJsonText(buf);
+    keepBodyBytes(this.body, buf);
     r.resolve();
   } catch (err) {
     r.reject(err);
@@ -233,6 +267,7 @@ export function jsonBodyReader(
       const buf = req.read(n) as Buffer | null;
       if (buf?.length === n) {
         req.body = parseJsonText(buf);
+        keepBodyBytes(req.body, buf);
         return undefined;
       }
     }
@@ -276,16 +311,33 @@ function toApiError(err: unknown, req: express.Request): ApiError {
   return new ApiError('internal_error');
 }
 
+/** How often a request refused because the database is unavailable is logged (the others counted). */
+export const DB_UNAVAILABLE_LOG_MS = 10_000;
+
 /** The one place errors become responses, in the route family's shape. */
-export function errorHandler(logger: Logger): ErrorRequestHandler {
+export function errorHandler(logger: Logger, clock: () => number = Date.now): ErrorRequestHandler {
+  // Requests refused because the database is gone are logged once per DB_UNAVAILABLE_LOG_MS, the next
+  // line saying how many were refused meanwhile (an outage is one event, not one line per request).
+  let quietUntil = 0;
+  let refused = 0;
   return (err, req, res, _next) => {
     const apiError = toApiError(err, req);
     const lost = apiError.code === 'service_unavailable' && !(err instanceof ApiError);
     if (lost) {
-      logger.warn(
-        { database: databaseUnavailable(err), requestId: res.locals.requestId, route: routeTemplate(req) },
-        'database unavailable',
-      );
+      const now = clock();
+      if (now >= quietUntil) {
+        logger.warn(
+          {
+            database: databaseUnavailable(err),
+            requestId: res.locals.requestId,
+            route: routeTemplate(req),
+            ...(refused ? { refusedSinceLastLine: refused } : {}),
+          },
+          'database unavailable',
+        );
+        quietUntil = now + DB_UNAVAILABLE_LOG_MS;
+        refused = 0;
+      } else refused++;
     } else if (apiError.status >= 500 && !(err instanceof ApiError)) {
       logger.error({ err, requestId: res.locals.requestId, route: routeTemplate(req) }, 'unexpected failure');
     }

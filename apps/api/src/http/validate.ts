@@ -1,25 +1,38 @@
 import { z } from 'zod';
-import { ApiError } from '../errors.ts';
+import { ApiError } from '../platform/errors.ts';
 
 /**
- * Parses with a zod schema; a failure is a 400 that names the first offending field. A custom check
- * on the whole value (no field) speaks for itself: its message is the error's. No body at all is
- * refused unless the schema is optional (or has a default).
+ * Parses with a zod schema; a failure is a 400 that names the first offending field — or, with
+ * `every`, each of them in order (`Invalid request body: name: is required; schedule: …`), `param`
+ * naming the first. A custom check on the whole value (no field) speaks for itself: its message is
+ * the error's. No body at all is refused unless the schema is optional (or has a default).
  */
-export function parse<S extends z.ZodType>(schema: S, value: unknown, what = 'request body'): z.infer<S> {
+export function parse<S extends z.ZodType>(
+  schema: S,
+  value: unknown,
+  what = 'request body',
+  options: { every?: boolean } = {},
+): z.infer<S> {
   if (value === undefined && !schema.isOptional()) {
     throw new ApiError('validation_error', { message: `The ${what} must be a JSON object` });
   }
   const result = schema.safeParse(value);
   if (result.success) return result.data;
-  const issue = result.error.issues[0]!;
-  const field = issue.path.join('.');
-  const message = field
-    ? `Invalid ${what}: ${field}: ${issue.message}`
-    : issue.code === 'custom'
-      ? issue.message
-      : `Invalid ${what}: ${issue.message}`;
-  throw new ApiError('validation_error', { message, param: field || null });
+  const issues = options.every ? result.error.issues : result.error.issues.slice(0, 1);
+  const first = issues[0]!.path.join('.');
+  const described = issues.map((issue) => {
+    const field = issue.path.join('.');
+    return field ? `${field}: ${issue.message}` : issue.message;
+  });
+  const only = issues.length === 1 ? issues[0]! : undefined;
+  const message =
+    only && !first && only.code === 'custom' ? only.message : `Invalid ${what}: ${described.join('; ')}`;
+  throw new ApiError('validation_error', { message, param: first || null });
+}
+
+/** 400 `Invalid request body: <param>: <message>`, for a check zod did not make. */
+export function invalidBody(message: string, param: string): ApiError {
+  return new ApiError('validation_error', { message: `Invalid request body: ${param}: ${message}`, param });
 }
 
 /** An OpenAI-style body: any JSON object, passed through to the engine as it is. */

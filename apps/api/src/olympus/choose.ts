@@ -1,22 +1,36 @@
-// Olympus on an Elastic call: may this key use it (spec §5.7), and which catalog model answers.
-// The I/O half around pickModel(): the account's policy, the catalog, and each model's live state
-// (cool-downs after 429, warm pools, measured latency) as the Elastic caller sees it.
+// Olympus's choice for a call: the model names that ask for it, may this key use it (spec §5.7),
+// and which catalog model answers. The I/O half around pickModel() (./ranking.ts): the account's
+// policy, the catalog, and each model's live state (cool-downs after 429, warm pools, measured
+// latency) as the Elastic caller sees it, read only. The front door (inference/) asks it.
 import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { ElasticCaller } from '../elastic/call.ts';
 import type { CatalogModel, ModelKind } from '../elastic/entry.ts';
-import { ApiError } from '../errors.ts';
-import type { OlympusRepository } from '../repositories/olympus.ts';
-import type { ToolRepository } from '../repositories/tools.ts';
+import { generationLimit } from '../elastic/limits.ts';
+import { ApiError } from '../platform/errors.ts';
+import type { OlympusRepository } from './repository.ts';
+import type { ToolRepository } from '../tools/repository.ts';
 import type { ToolCaller } from '../tools/access.ts';
 import { promptOf, type RouteMatch, type RouteMatcher } from './routing.ts';
-import {
-  pickModel,
-  requireOlympus,
-  type Candidate,
-  type Needs,
-  type Objective,
-  type Reason,
-} from './pick.ts';
+import { toolAccess } from '../tools/access.ts';
+import { pickModel, type Candidate, type Needs, type Objective, type Reason } from './ranking.ts';
+
+/** The names of `model` that ask Olympus to choose. */
+export const OLYMPUS_MODELS = ['auto', 'olympus', 'olympus-auto'] as const;
+/** Why Olympus chose the model that answered (`route:<name>`, `cheapest`, …). */
+export const OLYMPUS_HEADER = 'x-berth-olympus-reason';
+
+export function isOlympusModel(model: unknown): boolean {
+  return typeof model === 'string' && (OLYMPUS_MODELS as readonly string[]).includes(model);
+}
+
+/** Spec §5.7: Olympus enabled for the account and allowed by the key's tool pin; else 400 olympus_not_enabled. */
+export async function requireOlympus(
+  repo: Pick<ToolRepository, 'lookup'>,
+  caller: ToolCaller,
+): Promise<void> {
+  const access = await toolAccess(repo, caller, ['olympus']);
+  if (!access.ok) throw new ApiError('olympus_not_enabled', { param: 'model' });
+}
 
 export interface OlympusDeps {
   tools: Pick<ToolRepository, 'lookup'>;
@@ -55,12 +69,9 @@ export interface OlympusChoice {
 /** The Elastic caller tries at most 8 models per call: the choice and 7 more. */
 const MAX_ALTERNATIVES = 7;
 
+/** The tokens one sequence may generate (elastic/limits.ts: as the engine reads the request). */
 function maxTokens(body: Record<string, unknown>): number {
-  for (const k of ['max_tokens', 'max_completion_tokens', 'max_output_tokens']) {
-    const v = body[k];
-    if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
-  }
-  return 0;
+  return generationLimit(body).maxTokens ?? 0;
 }
 
 /** The request's needs, the account's policy, the catalog now → the model (or the ApiError why not). */

@@ -8,9 +8,8 @@
 import type { ElasticCaller } from '../elastic/call.ts';
 import type { ElasticCatalog } from '../elastic/catalog.ts';
 import type { CatalogModel } from '../elastic/entry.ts';
-import type { Logger } from '../logger.ts';
-import type { OlympusPolicyRecord } from '../repositories/olympus.ts';
-import { cosine } from './pick.ts';
+import type { Logger } from '../platform/logger.ts';
+import type { OlympusPolicyRecord } from './repository.ts';
 
 /** The prompt (and each example) is embedded from at most this many characters (its start). */
 export const PROMPT_CHARS = 2000;
@@ -342,4 +341,34 @@ export function routeMatcher(deps: RouteMatcherDeps): RouteMatcher {
       }
     },
   };
+}
+
+/** Cosine similarity of unit-free vectors (0 when either is zero). */
+export function cosine(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let dot = 0;
+  let na = 0;
+  let nb = 0;
+  for (let i = 0; i < a.length; i++) {
+    dot += a[i]! * (b[i] ?? 0);
+    na += a[i]! * a[i]!;
+    nb += (b[i] ?? 0) * (b[i] ?? 0);
+  }
+  return na === 0 || nb === 0 ? 0 : dot / Math.sqrt(na * nb);
+}
+
+/** The route whose closest example prompt is nearest the prompt, if at least `threshold` similar. */
+export function matchRoute<
+  R extends { name: string; model: string; vectors: readonly (readonly number[])[] },
+>(prompt: readonly number[], routes: readonly R[], threshold: number): R | undefined {
+  let best: R | undefined;
+  let score = threshold;
+  for (const r of routes)
+    for (const v of r.vectors) {
+      const s = cosine(prompt, v);
+      if (s >= score) {
+        score = s;
+        best = r;
+      }
+    }
+  return best;
 }

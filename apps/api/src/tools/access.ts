@@ -1,8 +1,8 @@
 // The one rule for "may this caller use tool X": the tool exists, the caller's account has it
 // enabled (POST /api/tools), and the key's tool pin is empty or names it (spec §5.7). Managed tool
 // loops, Olympus and Chronos all ask here.
-import { ApiError } from '../errors.ts';
-import type { ToolRecord, ToolRepository } from '../repositories/tools.ts';
+import { ApiError } from '../platform/errors.ts';
+import type { ToolRecord, ToolRepository } from './repository.ts';
 
 export type ToolDenial = { toolId: string; reason: 'unknown' | 'not_enabled' | 'not_in_pin' };
 

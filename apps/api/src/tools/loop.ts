@@ -9,7 +9,11 @@
 // - A tool server that fails, times out, or is given arguments that are not JSON gives the model an
 //   error text as the result (not charged); a server that cannot even be listed is named to the
 //   model in a system message. None of it is a 500.
-import { ApiError } from '../errors.ts';
+// - The request's `max_tokens` bounds each model call of the loop (every step generates at most
+//   that many tokens), not the loop's total. A step that `max_tokens` cut while the model was
+//   writing a tool call ends the loop with finish_reason "length" and the text before the call:
+//   the half-written call is neither run nor handed to the client as an answer.
+import { ApiError } from '../platform/errors.ts';
 import type { McpResult, McpSession, McpToolInfo } from './mcp.ts';
 
 export interface ChatToolCall {
@@ -39,10 +43,31 @@ export interface ModelStep {
 }
 
 /** One model call: the client's body with `messages`, `tools` and `tool_choice` set by the loop. */
-export type CallModel = (
-  body: Record<string, unknown>,
-  ctx: { signal: AbortSignal; onContent?: (delta: string) => void },
-) => Promise<ModelStep>;
+export type CallModel = (body: Record<string, unknown>, ctx: { signal: AbortSignal }) => Promise<ModelStep>;
+
+/**
+ * Where the tool-call syntaxes of the chat templates vLLM's tool parsers read begin: Hermes/Qwen,
+ * Mistral, Llama 3.x, DeepSeek, Granite. A step cut by `max_tokens` after one of these
+ * left a call the parser could not read, as raw text.
+ */
+const TOOL_CALL_OPENERS = [
+  '<tool_call>',
+  '[TOOL_CALLS]',
+  '<|python_tag|>',
+  '<function=',
+  '<｜tool▁calls▁begin｜>',
+  '<|tool_call|>',
+];
+
+/** The text of a step cut by max_tokens, without the tool call it was writing (unchanged if none). */
+export function withoutCutToolCall(content: string): string {
+  let cut = -1;
+  for (const opener of TOOL_CALL_OPENERS) {
+    const i = content.indexOf(opener);
+    if (i !== -1 && (cut === -1 || i < cut)) cut = i;
+  }
+  return cut === -1 ? content : content.slice(0, cut).trimEnd();
+}
 
 /** A managed tool's MCP server, opened for this request. */
 export interface ManagedServer {
@@ -159,8 +184,6 @@ export async function runManagedLoop(input: LoopInput): Promise<LoopResult> {
     modelCalls: 0,
     usage: { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 },
   };
-  const onContent = (delta: string) => emit({ type: 'content', delta });
-
   for (;;) {
     if (signal.aborted) throw signal.reason;
     const last = result.modelCalls >= input.maxSteps - 1;
@@ -170,9 +193,13 @@ export async function runManagedLoop(input: LoopInput): Promise<LoopResult> {
         messages,
         ...(tools.length ? { tools, tool_choice: last ? 'none' : (body.tool_choice ?? 'auto') } : {}),
       },
-      { signal, onContent },
+      { signal },
     );
     result.modelCalls++;
+    if (tools.length && step.finish_reason === 'length' && !step.message.tool_calls?.length) {
+      const content = withoutCutToolCall(step.message.content ?? '');
+      if (content !== step.message.content) step.message = { ...step.message, content };
+    }
     result.final = step;
     if (step.usage) {
       result.usage.prompt_tokens += step.usage.prompt_tokens;
@@ -180,6 +207,8 @@ export async function runManagedLoop(input: LoopInput): Promise<LoopResult> {
       result.usage.total_tokens += step.usage.prompt_tokens + step.usage.completion_tokens;
     }
     const calls = step.message.tool_calls ?? [];
+    // Steps are read whole: the answer's text reaches a stream in one delta, after the tools ran.
+    if (calls.length === 0 && step.message.content) emit({ type: 'content', delta: step.message.content });
     if (calls.length === 0 || calls.some((c) => !managed.has(c.function.name))) return result;
 
     messages.push(step.message);

@@ -1,16 +1,21 @@
 // What a request with managed tools needs around the loop: its tools' MCP sessions (opened in
 // parallel, credentials unsealed), and each call's charge through the prepaid wallet.
 import type { Wallet } from '../billing/wallet.ts';
-import type { ToolRecord } from '../repositories/tools.ts';
-import type { Sealer } from '../secrets/sealed.ts';
+import type { ToolRecord } from './repository.ts';
+import type { Sealer } from '../platform/sealed.ts';
 import type { ChargeTool, ManagedServer } from './loop.ts';
 import { openMcpSession } from './mcp.ts';
 
 export async function openManagedServers(
   tools: readonly (ToolRecord & { allowedTools?: readonly string[] })[],
-  sealer: Sealer | undefined,
+  options: {
+    sealer?: Sealer | undefined;
+    /** MANAGED_TOOL_MAX_RESPONSE_BYTES: each server's answers are read up to this. */
+    maxResponseBytes: number;
+  },
   signal: AbortSignal,
 ): Promise<ManagedServer[]> {
+  const { sealer, maxResponseBytes } = options;
   return Promise.all(
     tools.map(async (t): Promise<ManagedServer> => {
       const base = {
@@ -23,7 +28,10 @@ export async function openManagedServers(
           t.headersSealed && sealer
             ? (JSON.parse(sealer.open(t.headersSealed, `tool:${t.id}`)) as Record<string, string>)
             : {};
-        const session = await openMcpSession({ url: t.url!, headers, timeoutMs: t.timeoutMs }, signal);
+        const session = await openMcpSession(
+          { url: t.url!, headers, timeoutMs: t.timeoutMs, maxResponseBytes },
+          signal,
+        );
         return { ...base, session };
       } catch (err) {
         if (signal.aborted) throw signal.reason;
@@ -44,7 +52,8 @@ export function walletCharger(
 ): ChargeTool {
   return async (toolId, price) => {
     if (price === 0n) return { settle() {}, release() {} };
-    const r = await wallet.reserve({ accountId: who.accountId, amount: price });
+    // The key's spend limit, when it has one, bounds the tool's fee too.
+    const r = await wallet.reserve({ accountId: who.accountId, amount: price, keyId: who.keyId });
     if (!r.ok) return null;
     return {
       settle: () =>

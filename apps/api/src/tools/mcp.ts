@@ -1,8 +1,11 @@
 // The MCP client of managed tools: one session per tool per request (streamable HTTP, the official
-// SDK), listing its tools once and calling them with a per-request timeout. Failures are values:
-// what the model reads as the tool's result, never an exception the caller must turn into a 500.
+// SDK), listing its tools once and calling them with a per-request timeout, each answer read up to
+// MANAGED_TOOL_MAX_RESPONSE_BYTES (./mcp-limit.ts). Failures are values: what the model reads as the
+// tool's result, never an exception the caller must turn into a 500.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { cappedFetch, TOO_LARGE_CODE, tooLargeMessage } from './mcp-limit.ts';
 
 export interface McpToolInfo {
   name: string;
@@ -28,6 +31,8 @@ export interface McpTarget {
   url: string;
   headers: Record<string, string>;
   timeoutMs: number;
+  /** MANAGED_TOOL_MAX_RESPONSE_BYTES: each answer, and the tool list as a whole, at most this. */
+  maxResponseBytes: number;
 }
 
 const CLIENT_INFO = { name: 'berth', version: '0.1.0' };
@@ -37,14 +42,20 @@ export async function openMcpSession(target: McpTarget, signal: AbortSignal): Pr
   const client = new Client(CLIENT_INFO);
   const transport = new StreamableHTTPClientTransport(new URL(target.url), {
     requestInit: { headers: target.headers },
+    fetch: cappedFetch(target.maxResponseBytes),
   });
   const options = { signal, timeout: target.timeoutMs };
   try {
     await client.connect(transport, options);
     const tools: McpToolInfo[] = [];
     let cursor: string | undefined;
+    // Pages are bounded one by one; their sum too (it all goes into the model's prompt).
+    let listed = 0;
     do {
       const page = await client.listTools(cursor ? { cursor } : {}, options);
+      listed += JSON.stringify(page.tools).length;
+      if (listed > target.maxResponseBytes)
+        throw new McpError(TOO_LARGE_CODE, tooLargeMessage(target.maxResponseBytes));
       for (const t of page.tools)
         tools.push({ name: t.name, description: t.description, inputSchema: t.inputSchema });
       cursor = page.nextCursor;
@@ -65,6 +76,7 @@ export async function openMcpSession(target: McpTarget, signal: AbortSignal): Pr
           return { text: text || structured, isError: r.isError === true, answered: true };
         } catch (err) {
           if (callSignal.aborted) throw callSignal.reason;
+          // Not answered (nothing charged): a failure, a timeout, or an answer past the limit.
           return { text: `Error: ${describe(err, target.timeoutMs)}`, isError: true, answered: false };
         }
       },
@@ -81,6 +93,8 @@ export async function openMcpSession(target: McpTarget, signal: AbortSignal): Pr
 }
 
 function describe(err: unknown, timeoutMs: number): string {
+  if (err instanceof McpError && err.code === TOO_LARGE_CODE)
+    return err.message.replace(/^MCP error -?\d+: /, '');
   const message = err instanceof Error ? err.message : String(err);
   if (/timed out|timeout/i.test(message)) return `the tool server did not answer within ${timeoutMs} ms`;
   return `the tool server failed: ${message}`;

@@ -1,10 +1,22 @@
 import { useEffect, useRef, useState, type FormEvent } from 'react';
-import { api, type Endpoint, type Hardware } from '../api.ts';
+import { api, type Endpoint } from '../api.ts';
+import { cheapestChoice, choiceValue, hardwareName } from '../hardware.ts';
 import { navigate } from '../router.ts';
-import { ErrorText, Link, StatusLabel, formatDate, usePolling } from '../ui.tsx';
+import {
+  Confirm,
+  ErrorText,
+  Link,
+  StatusLabel,
+  TableScroll,
+  formatDate,
+  useHardware,
+  usePolling,
+} from '../ui.tsx';
+import { WakeReceipt, WakeStage } from '../wake.tsx';
 
 export function Endpoints() {
   const list = usePolling(() => api.endpoints(), 2000);
+  const hardware = useHardware();
   const [creating, setCreating] = useState(false);
   return (
     <>
@@ -17,54 +29,53 @@ export function Endpoints() {
       <ErrorText error={list.error} />
       {list.data && list.data.data.length === 0 && <p>No endpoints yet.</p>}
       {list.data && list.data.data.length > 0 && (
-        <table>
-          <caption className="sr-only">Your endpoints</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Status</th>
-              <th scope="col">Model</th>
-              <th scope="col">Hardware</th>
-              <th scope="col">Auth mode</th>
-              <th scope="col">Id</th>
-            </tr>
-          </thead>
-          <tbody>
-            {list.data.data.map((e) => (
-              <tr key={e.id}>
-                <td>
-                  <Link to={`/endpoints/${e.id}`}>{e.name}</Link>
-                </td>
-                <td>
-                  <StatusLabel label={e.label} />
-                </td>
-                <td>{e.model}</td>
-                <td>
-                  {e.hardware.gpuCount} × {e.hardware.gpuType}
-                </td>
-                <td>{e.authMode}</td>
-                <td>
-                  <code>{e.id}</code>
-                </td>
+        <TableScroll label="Your endpoints">
+          <table>
+            <caption className="sr-only">Your endpoints</caption>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Status</th>
+                <th scope="col">Model</th>
+                <th scope="col">Hardware</th>
+                <th scope="col">Auth mode</th>
+                <th scope="col">Id</th>
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {list.data.data.map((e) => (
+                <tr key={e.id}>
+                  <td>
+                    <Link to={`/endpoints/${e.id}`}>{e.name}</Link>
+                  </td>
+                  <td>
+                    <StatusLabel label={e.label} /> <WakeStage wake={e.wake} />
+                  </td>
+                  <td>{e.model}</td>
+                  <td>
+                    {e.hardware.gpuCount} × {hardwareName(hardware.data, e.hardware.gpuType)}
+                  </td>
+                  <td>{e.authMode}</td>
+                  <td>
+                    <code>{e.id}</code>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </TableScroll>
       )}
     </>
   );
 }
 
 function CreateEndpoint() {
-  const [hardware, setHardware] = useState<Hardware[]>([]);
+  const catalog = useHardware();
+  const hardware = catalog.data ?? [];
+  // Starts on the cheapest option once the catalog is here; then it is the user's choice.
+  const [choice, setChoice] = useState<string | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  useEffect(() => {
-    api.hardware().then(
-      (h) => setHardware(h.data),
-      (e: Error) => setError(e.message),
-    );
-  }, []);
   const submit = async (e: FormEvent<HTMLFormElement>) => {
     e.preventDefault();
     const f = new FormData(e.currentTarget);
@@ -103,11 +114,16 @@ function CreateEndpoint() {
       </label>
       <label>
         Hardware
-        <select name="hardware" required>
+        <select
+          name="hardware"
+          required
+          value={choice ?? cheapestChoice(hardware) ?? ''}
+          onChange={(e) => setChoice(e.target.value)}
+        >
           {hardware.flatMap((h) =>
             h.allowedGpuCounts.map((n) => (
-              <option key={`${h.id}|${n}`} value={`${h.id}|${n}`} disabled={!h.available}>
-                {n} × {h.gpuType} ({h.gpuMemoryGiB} GiB each){h.available ? '' : ' — unavailable'}
+              <option key={choiceValue(h.id, n)} value={choiceValue(h.id, n)} disabled={!h.available}>
+                {n} × {h.displayName} ({h.gpuMemoryGiB} GiB each){h.available ? '' : ' — unavailable'}
               </option>
             )),
           )}
@@ -135,7 +151,7 @@ function CreateEndpoint() {
           <input name="idleTimeoutSeconds" type="number" min={15} defaultValue={300} required />
         </label>
       </fieldset>
-      <ErrorText error={error} />
+      <ErrorText error={error ?? catalog.error} />
       <button type="submit" disabled={busy || hardware.length === 0}>
         {busy ? 'Creating…' : 'Create'}
       </button>
@@ -145,6 +161,7 @@ function CreateEndpoint() {
 
 export function EndpointDetail({ id }: { id: string }) {
   const ep = usePolling(() => api.endpoint(id), 1500);
+  const hardware = useHardware();
   const [confirming, setConfirming] = useState(false);
   const [actionError, setActionError] = useState<string | null>(null);
   const [terminated, setTerminated] = useState(false);
@@ -190,6 +207,22 @@ export function EndpointDetail({ id }: { id: string }) {
                 </dd>
               </>
             )}
+            {e.wake?.inProgress && (
+              <>
+                <dt>Wake</dt>
+                <dd role="status">
+                  <WakeStage wake={e.wake} />
+                </dd>
+              </>
+            )}
+            {e.wake && !e.wake.inProgress && (
+              <>
+                <dt>Last wake</dt>
+                <dd>
+                  <WakeReceipt wake={e.wake} />
+                </dd>
+              </>
+            )}
             {e.reason && (
               <>
                 <dt>Reason</dt>
@@ -210,7 +243,7 @@ export function EndpointDetail({ id }: { id: string }) {
             <dd>{e.model}</dd>
             <dt>Hardware</dt>
             <dd>
-              {e.hardware.gpuCount} × {e.hardware.gpuType}
+              {e.hardware.gpuCount} × {hardwareName(hardware.data, e.hardware.gpuType)}
             </dd>
             <dt>Replicas</dt>
             <dd>
@@ -234,20 +267,14 @@ export function EndpointDetail({ id }: { id: string }) {
             </button>
           </div>
           {confirming && (
-            <div role="alertdialog" aria-labelledby="confirm-title" className="card confirm">
-              <h2 id="confirm-title">Terminate {e.name}?</h2>
-              <p>The endpoint and its replicas are removed. This cannot be undone.</p>
-              <button
-                type="button"
-                className="danger"
-                onClick={() => void act(() => api.terminate(id)).then(() => setTerminated(true))}
-              >
-                Yes, terminate
-              </button>
-              <button type="button" className="secondary" onClick={() => setConfirming(false)}>
-                Cancel
-              </button>
-            </div>
+            <Confirm
+              title={`Terminate ${e.name}?`}
+              action="Yes, terminate"
+              onConfirm={() => void act(() => api.terminate(id)).then(() => setTerminated(true))}
+              onCancel={() => setConfirming(false)}
+            >
+              The endpoint and its replicas are removed. This cannot be undone.
+            </Confirm>
           )}
           <ErrorText error={actionError} />
           <Logs id={id} />

@@ -1,15 +1,29 @@
 import { useEffect, useRef, useState, type FormEvent } from 'react';
 import { api, type Endpoint } from '../api.ts';
-import { ErrorText, StatusLabel } from '../ui.tsx';
+import { ErrorText, StatusLabel, usePolling } from '../ui.tsx';
+import { WakeStage } from '../wake.tsx';
 
 interface Message {
   role: 'user' | 'assistant';
   content: string;
 }
 
+/**
+ * Whether a catalog model answers chat: GET /api/models is OpenAI's shape, which says nothing of the
+ * kind; when the API adds `kind`, embedding (and plain completion) models are left out. Without it
+ * every model is offered, as before.
+ */
+const chats = (m: { id: string }) => {
+  const kind: unknown = (m as { kind?: unknown }).kind;
+  return kind === undefined || kind === 'chat';
+};
+
 export function Playground() {
-  const [endpoints, setEndpoints] = useState<Endpoint[]>([]);
+  // Live, like the endpoints page: a sleeping endpoint this page wakes shows WAKING UP, then ONLINE.
+  const list = usePolling(() => api.endpoints(), 2000);
+  const endpoints = list.data?.data ?? [];
   const [models, setModels] = useState<string[]>([]);
+  const [olympus, setOlympus] = useState(false);
   const [target, setTarget] = useState('');
   const [messages, setMessages] = useState<Message[]>([]);
   const [busy, setBusy] = useState(false);
@@ -17,16 +31,18 @@ export function Playground() {
   const [error, setError] = useState<string | null>(null);
   const abort = useRef<AbortController | null>(null);
 
+  const firstEndpoint = endpoints[0]?.id;
   useEffect(() => {
-    api.endpoints().then(
-      (r) => {
-        setEndpoints(r.data);
-        setTarget((t) => t || (r.data[0] ? `d:${r.data[0].id}` : t));
-      },
+    if (firstEndpoint) setTarget((t) => t || `d:${firstEndpoint}`);
+  }, [firstEndpoint]);
+  useEffect(() => {
+    api.models().then(
+      (r) => setModels(r.data.filter(chats).map((m) => m.id)),
       () => {},
     );
-    api.models().then(
-      (r) => setModels(r.data.map((m) => m.id)),
+    // `auto` lets Olympus choose; without Olympus enabled for the account the API refuses it.
+    api.tools().then(
+      (r) => setOlympus(r.data.some((t) => t.tool_id === 'olympus' && t.enabled)),
       () => {},
     );
     return () => abort.current?.abort();
@@ -86,6 +102,7 @@ export function Playground() {
       clearInterval(poll);
       setWaking(null);
       setBusy(false);
+      list.reload(); // the endpoint it woke is up now: say so without waiting for the next poll
     }
   };
 
@@ -108,8 +125,9 @@ export function Playground() {
                 ))}
               </optgroup>
             )}
-            {models.length > 0 && (
+            {(olympus || models.length > 0) && (
               <optgroup label="Elastic models">
+                {olympus && <option value="e:auto">auto (Olympus chooses the model)</option>}
                 {models.map((m) => (
                   <option key={m} value={`e:${m}`}>
                     {m}
@@ -129,7 +147,7 @@ export function Playground() {
         {waking && (
           <p role="status" className="waking">
             <StatusLabel label="WAKING UP" /> The endpoint was sleeping and is waking up; your answer follows
-            (usually within about a minute).
+            (usually within about a minute). <WakeStage wake={waking.wake} />
           </p>
         )}
         <label>

@@ -1,0 +1,1 @@
+ALTER TABLE "accounts" ADD COLUMN     "quota_chronos_runs" INTEGER;
