@@ -94,6 +94,24 @@ describe('the wake receipt', () => {
     expect(wakeReceipt({ lastWake: done }, decision({}, { phase: 'up' }), [])).toBe(done);
   });
 
+  it('completed on a later pass when the pass that ends the wake has not seen the pod Ready yet', () => {
+    const early = wakeReceipt(
+      { preferredNodes: ['a'], wakeStartedAt: scaledAt, wakeRequestSeen: requestedAt },
+      decision({}, { phase: 'up', wakeDurationSeconds: 5 }),
+      [{ ...pod, readyAt: undefined }],
+    );
+    expect(early).toMatchObject({ scaledAt, requestedAt, node: 'a' });
+    expect(early?.engineReadyAt).toBeUndefined();
+    const later = wakeReceipt({ preferredNodes: ['a'], lastWake: early }, decision({}, { phase: 'up' }), [
+      pod,
+    ]);
+    expect(later).toEqual({ ...early, engineReadyAt: pod.readyAt });
+    // Not once the endpoint has gone back to sleep.
+    expect(
+      wakeReceipt({ lastWake: early }, decision({}, { phase: 'hibernated', desiredReplicas: 0 }), [pod]),
+    ).toBe(early);
+  });
+
   it("takes the first byte from the API's annotation once the engine is Ready, never one older than the wake", () => {
     const waking = wakeReceipt(
       { wakeStartedAt: scaledAt },

@@ -68,11 +68,18 @@ function receiptOf(
   d: Decision,
   starts: readonly ReplicaStart[] | undefined,
 ): WakeReceipt | undefined {
+  // The pass that ends a wake can see the Deployment's ready replica before the pod cache has the
+  // pod's Ready condition (two watches): an incomplete receipt is completed on the passes after it,
+  // while the endpoint stays up.
+  const unfinished =
+    d.phase === 'up' && prev.lastWake && !prev.lastWake.engineReadyAt ? prev.lastWake : undefined;
   const scaledAt =
-    d.memory.wakeStartedAt ?? (d.wakeDurationSeconds !== undefined ? prev.wakeStartedAt : undefined);
+    d.memory.wakeStartedAt ??
+    (d.wakeDurationSeconds !== undefined ? prev.wakeStartedAt : undefined) ??
+    unfinished?.scaledAt;
   if (!scaledAt) return prev.lastWake;
   if (prev.lastWake?.scaledAt === scaledAt && prev.lastWake.engineReadyAt) return prev.lastWake;
-  const signal = d.memory.wakeRequestSeen ?? prev.wakeRequestSeen;
+  const signal = d.memory.wakeRequestSeen ?? prev.wakeRequestSeen ?? unfinished?.requestedAt;
   const requestedAt = signal && !Number.isNaN(Date.parse(signal)) && signal <= scaledAt ? signal : undefined;
   const after = new Date(Date.parse(scaledAt) - CLOCK_SLACK_MS).toISOString();
   // The replica this wake started: the first pod created after the scale was written.
