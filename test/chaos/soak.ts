@@ -10,8 +10,11 @@
 // the ledger reconciles. Figures for a long run: each replica's RSS and V8 heap sampled every
 // CHAOS_SOAK_SAMPLE_SECONDS (15) with their slopes by a least-squares fit (whole run and second
 // half), the p99 of every CHAOS_SOAK_WINDOW_MINUTES (5) window, the machine's load through the run.
+// With CHAOS_SOAK_HEAP_SNAPSHOTS=<directory>, each replica writes a V8 heap snapshot (which collects
+// all garbage first) after the warm-up and at the end, and the report gives the heap in use right
+// after each: what a replica retains, where the sampled heap also counts garbage not yet collected.
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { startEngineSim } from '@berth/engine-sim';
@@ -37,6 +40,27 @@ async function heapMb(p: ApiProcess): Promise<number> {
   } catch {
     return NaN;
   }
+}
+
+/**
+ * The V8 heap in use (MB) right after a heap snapshot, which collects all garbage first: the replica
+ * was started with --heapsnapshot-signal=SIGUSR2 and writes its snapshots into `dir`.
+ */
+async function heapAfterGc(p: ApiProcess, dir: string): Promise<number> {
+  const before = new Set(readdirSync(dir));
+  p.child.kill('SIGUSR2');
+  const file = await eventually(
+    () => readdirSync(dir).find((f) => !before.has(f) && f.endsWith('.heapsnapshot')) ?? false,
+    { timeout: 120_000, interval: 250, description: 'the heap snapshot is started' },
+  );
+  // Written on the main thread: done when its size stops changing.
+  for (let size = -1; ;) {
+    await new Promise((r) => setTimeout(r, 1_000));
+    const now = statSync(path.join(dir, file)).size;
+    if (now === size && now > 0) break;
+    size = now;
+  }
+  return heapMb(p);
 }
 
 /** Least-squares slope of y over x (per unit of x); NaN with fewer than 3 points. */
@@ -94,6 +118,14 @@ export async function soak(): Promise<{ text: string; passed: boolean }> {
     }),
     startMcpServer(),
   ]);
+  const snapshots = process.env.CHAOS_SOAK_HEAP_SNAPSHOTS;
+  const snapshotEnv = (replica: 'A' | 'B'): Record<string, string> => {
+    if (!snapshots) return {};
+    const dir = path.resolve(snapshots, replica);
+    mkdirSync(dir, { recursive: true });
+    const options = `--heapsnapshot-signal=SIGUSR2 --diagnostic-dir=${dir}`;
+    return { NODE_OPTIONS: [process.env.NODE_OPTIONS, options].filter(Boolean).join(' ') };
+  };
   const env = {
     DATABASE_URL: db.url,
     ADMIN_TOKEN: ADMIN,
@@ -104,11 +136,16 @@ export async function soak(): Promise<{ text: string; passed: boolean }> {
   const dataDir = mkdtempSync(path.join(tmpdir(), 'berth-soak-'));
   const a = await spawnApi({
     ...env,
+    ...snapshotEnv('A'),
     BERTH_RUNTIME: 'local',
     BERTH_DATA_DIR: dataDir,
     BERTH_LOCAL_ENGINE_ARGS: '--ttft-ms 2 --itl-ms 1 --output-tokens 16',
   }); // the first installs pg-boss's schema
-  const b = await spawnApi(env);
+  const b = await spawnApi({ ...env, ...snapshotEnv('B') });
+  const retained = async () =>
+    snapshots
+      ? await Promise.all(replicas.map((p, r) => heapAfterGc(p, path.resolve(snapshots, 'AB'[r]!))))
+      : undefined;
   const replicas = [a, b];
   const admin = (api: ApiProcess, p: string, method: string, body?: unknown) =>
     fetch(api.url + p, {
@@ -301,6 +338,7 @@ export async function soak(): Promise<{ text: string; passed: boolean }> {
       const heap = await Promise.all(replicas.map(heapMb));
       samples.push({ t: (Date.now() - loadStart) / 60_000, rss, heap, load: loadavg()[0]! });
     };
+    const retainedBefore = await retained();
     loadStart = Date.now();
     await sample();
     const sampler = setInterval(() => void sample(), sampleSeconds * 1000);
@@ -320,6 +358,7 @@ export async function soak(): Promise<{ text: string; passed: boolean }> {
     }
     await sample();
     const loadMs = Date.now() - loadStart;
+    const retainedAfter = await retained();
     // Executions triggered last are given time to end.
     const stuck = async () =>
       (
@@ -432,6 +471,16 @@ export async function soak(): Promise<{ text: string; passed: boolean }> {
                 ?.heap.map((h) => h.toFixed(0))
                 .join(' / ')} MB; ${slopes(samples, (s) => s.heap)}`,
             ],
+            ...(retainedBefore && retainedAfter
+              ? [
+                  [
+                    'V8 heap after a full GC (A, B; heap snapshots at the start and the end)',
+                    `${retainedBefore.map((h) => h.toFixed(0)).join(' / ')} MB → ${retainedAfter
+                      .map((h) => h.toFixed(0))
+                      .join(' / ')} MB (snapshots in ${path.resolve(snapshots!)})`,
+                  ] as [string, string],
+                ]
+              : []),
             [`samples (every ${sampleSeconds} s)`, samples.length],
             [
               'usage rows (per model: requests, completion tokens, cost)',
