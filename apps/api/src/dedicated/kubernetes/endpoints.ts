@@ -20,7 +20,7 @@ import {
   VERSION,
   type DedicatedEndpoint,
 } from '@berth/crds';
-import { Listeners, supervise } from '@berth/operator';
+import { KubeRequests, Listeners, supervise } from '@berth/operator';
 import type { Logger } from 'pino';
 import { endpointChanged, endpointNotFound } from '../../platform/errors.ts';
 import type { Endpoints } from '../ports.ts';
@@ -38,6 +38,7 @@ function isConflict(err: unknown): boolean {
 export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger): Endpoints {
   const api = kc.makeApiClient(CustomObjectsApi);
   const core = kc.makeApiClient(CoreV1Api);
+  const requests = new KubeRequests(kc);
   const path = `/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL}`;
   const informer = makeInformer<DedicatedEndpoint & KubernetesObject>(kc, path, () =>
     api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL }),
@@ -189,16 +190,14 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
       }
     },
     async annotate(id, annotations) {
-      await api.patchNamespacedCustomObject(
-        {
-          group: GROUP,
-          version: VERSION,
-          namespace,
-          plural: PLURAL,
-          name: id,
-          body: { metadata: { annotations } },
-        },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      // The wake signal and the activity reports: one merge patch straight over the shared
+      // connection (the operator's request path), not through the typed client, whose serializer
+      // walks the whole answer (the endpoint with its status) on a call's path.
+      await requests.send(
+        'PATCH',
+        `${path}/${encodeURIComponent(id)}`,
+        { metadata: { annotations } },
+        'application/merge-patch+json',
       );
     },
     watch: (id, fn) => listeners.add(id, fn),
