@@ -1,14 +1,19 @@
 // `npm run bench wake`, its part on the real control plane: the operator reconciling on kwok's H100
-// nodes, an engine simulator serving each pod (test/support/pod-engines.ts), the API — each in this
-// process, as in the end-to-end suites. Every endpoint's pods turn Ready 1 s after they run (kwok's
+// nodes, an engine simulator serving each pod (test/support/pod-engines.ts), the API. By default the
+// operator (`operator/src/main.ts`) and the API (`npm start`'s entry) run as processes of their own,
+// as the chart runs them; BENCH_WAKE_PROCESSES=one runs both in this process, as the end-to-end
+// suites do (they then share one event loop with the simulators and the client). Every endpoint's pods turn Ready 1 s after they run (kwok's
 // stage), the engine's modelled start. Kubernetes writes a pod's Ready time to the second, so the
 // engine's Ready moment here is when this process's own pod watch saw it (the API's watch sees the
 // same event): Berth's share after it is the held call's first byte at the client, minus that.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import type { V1Pod } from '@kubernetes/client-node';
 import { LABEL_ENDPOINT } from '@berth/crds';
 import { kubeconfigPath, kubectl, loadKubeConfig, testNamespace } from '../cluster/env.ts';
 import { patchEndpointSpec } from '../support/endpoint-spec.ts';
-import { startTestApi } from '../support/api.ts';
+import { ADMIN_TOKEN, spawnApi, startTestApi } from '../support/api.ts';
+import { createTestDatabase } from '../support/postgres.ts';
 import { startFakeHub } from '../support/fake-hub.ts';
 import { installCrd, start, testConfig } from '../support/operator.ts';
 import { enginePodInformer, servePodEngines } from '../support/pod-engines.ts';
@@ -47,20 +52,62 @@ function readyWatch(namespace: string) {
   };
 }
 
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+/** The operator as the chart runs it: its own process, configured by its environment. */
+async function spawnOperator(env: Record<string, string>): Promise<{ stop: () => Promise<void> }> {
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'operator/src/main.ts'], {
+    cwd: root,
+    env: { ...process.env, LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  await new Promise((r) => setTimeout(r, 3_000));
+  if (child.exitCode !== null) throw new Error(`the operator exited with ${child.exitCode}`);
+  return {
+    stop: () =>
+      new Promise((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
 export async function benchWakeCluster(): Promise<string[]> {
   if ((await kubectl(['get', 'nodes'], { timeoutMs: 10_000 }).catch(() => ({ code: 1 }))).code !== 0)
     return ['Skipped: no Kubernetes control plane (`npm run -s cluster:up`, then KUBECONFIG).'];
+  const separate = (process.env.BENCH_WAKE_PROCESSES ?? 'separate') !== 'one';
   await installCrd();
   const ns = await testNamespace('bench-wake');
   const hub = await startFakeHub();
-  const op = await start(testConfig(ns.name, hub.url, { leaderElection: false }));
-  const engines = await servePodEngines(loadKubeConfig(), ns.name, { ttftMs: 0, itlMs: 0, outputTokens: 4 });
-  const api = await startTestApi({
+  const apiEnv = {
     KUBECONFIG: kubeconfigPath(),
     BERTH_NAMESPACE: ns.name,
     PROXY_RETRIES: '0',
     WAKE_HOLD_TIMEOUT_MS: '90000',
-  });
+  };
+  const op = separate
+    ? await spawnOperator({
+        KUBECONFIG: kubeconfigPath(),
+        BERTH_NAMESPACE: ns.name,
+        HF_ENDPOINT: hub.url,
+        BERTH_ENGINE_IMAGE: 'berth/engine-sim:dev',
+        BERTH_LEADER_ELECTION: 'false',
+        BERTH_METRICS_PORT: '0',
+        // Hibernation's drain and grace only (kwok deletes at once): not on the wake's path.
+        BERTH_DRAIN_SECONDS: '1',
+        BERTH_TERMINATION_GRACE_SECONDS: '5',
+      })
+    : await start(testConfig(ns.name, hub.url, { leaderElection: false }));
+  const engines = await servePodEngines(loadKubeConfig(), ns.name, { ttftMs: 0, itlMs: 0, outputTokens: 4 });
+  const api = separate
+    ? await spawnApi({
+        ...apiEnv,
+        DATABASE_URL: (await createTestDatabase('bench_wake')).url,
+        ADMIN_TOKEN,
+        LOG_LEVEL: 'info',
+      })
+    : await startTestApi(apiEnv);
   const watch = readyWatch(ns.name);
   await watch.start();
   try {
@@ -93,7 +140,7 @@ export async function benchWakeCluster(): Promise<string[]> {
     );
     const warm = samples.filter((s) => s.receipt.placement === 'warm').length;
     return [
-      `${samples.length} wakes of ${ENDPOINTS} endpoints (of ${WAKES} asked) on kwok's H100 nodes, the pod Ready 1 s after it runs; API, operator, engine simulators and this client in one Node process; PROXY_RETRIES=0. "Engine Ready" is when this process's pod watch saw the pod Ready. Placement: ${warm} of ${samples.length} warm (woken on the node they ran on).`,
+      `${samples.length} wakes of ${ENDPOINTS} endpoints (of ${WAKES} asked) on kwok's H100 nodes, the pod Ready 1 s after it runs; ${separate ? 'the operator and the API each in a process of its own (as the chart runs them), the engine simulators and this client in a third' : 'API, operator, engine simulators and this client in one Node process'}; PROXY_RETRIES=0. "Engine Ready" is when this process's pod watch saw the pod Ready. Placement: ${warm} of ${samples.length} warm (woken on the node they ran on).`,
       '',
       ...shareRows(samples, failures).rows,
     ];
