@@ -273,6 +273,27 @@ async function toolStep(
 }
 
 /** Why a run that ran no step on an upstream was not charged, as its reason says it. */
+/**
+ * A step's signal: the executor's stop, or the step's wall clock. A controller whose timer and stop
+ * listener go when the step ends: `AbortSignal.any([stop, AbortSignal.timeout(ms)])` kept each
+ * step's timer, and a weak reference in the long-lived stop signal, until its wall clock ran out
+ * (a soak's heap snapshots counted them by the thousand).
+ */
+export function stepSignal(stop: AbortSignal, ms: number): { signal: AbortSignal; release(): void } {
+  const c = new AbortController();
+  const onStop = () => c.abort(stop.reason);
+  const timer = setTimeout(() => c.abort(new DOMException(`over ${ms} ms`, 'TimeoutError')), ms);
+  if (stop.aborted) onStop();
+  else stop.addEventListener('abort', onStop, { once: true });
+  return {
+    signal: c.signal,
+    release: () => {
+      clearTimeout(timer);
+      stop.removeEventListener('abort', onStop);
+    },
+  };
+}
+
 export const NOT_CHARGED = 'no step reached a model or tool, so the run fee was not charged';
 
 /**
@@ -331,7 +352,8 @@ export async function runSteps(
     for (const [index, raw] of steps.entries()) {
       const step = renderStep(raw, outputs);
       const startedAt = new Date();
-      const signal = AbortSignal.any([stop, AbortSignal.timeout(deps.stepTimeoutMs)]);
+      const bound = stepSignal(stop, deps.stepTimeoutMs);
+      const signal = bound.signal;
       let outcome: StepOutcome;
       let chosen: StepModel | undefined;
       try {
@@ -354,6 +376,8 @@ export async function runSteps(
         // The engine answered (it refused the request, or ran past the wall clock): the step ran.
         const reached = signal.aborted || (err instanceof ApiError && err.code === 'engine_error');
         outcome = { ok: false, output: null, error: message, cost: 0n, ran: reached };
+      } finally {
+        bound.release();
       }
       ran ||= outcome.ran;
       cost += outcome.cost;
