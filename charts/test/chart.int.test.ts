@@ -319,6 +319,33 @@ describe('helm install into the local control plane', () => {
       for (const pod of pods) expect(kwokNodes).toContain(pod.spec.nodeName);
     }
 
+    // The direct wake: the API's BERTH_OPERATOR_URL names the headless Service of the operator's
+    // metrics port, and both read the same generated token.
+    type Env = { name: string; value?: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } };
+    const envOf = async (component: string) =>
+      (
+        await kubectlJson<{ spec: { template: { spec: { containers: { env: Env[] }[] } } } }>(
+          ['get', 'deployment', `${release}-${component}`],
+          { namespace: ns.name },
+        )
+      ).spec.template.spec.containers[0]!.env;
+    const [apiEnv, opEnv] = [await envOf('api'), await envOf('operator')];
+    expect(apiEnv.find((e) => e.name === 'BERTH_OPERATOR_URL')?.value).toBe(
+      `http://${release}-operator-wake.${ns.name}.svc:8080`,
+    );
+    const tokenRef = apiEnv.find((e) => e.name === 'BERTH_WAKE_TOKEN')?.valueFrom?.secretKeyRef;
+    expect(tokenRef).toEqual({ name: release, key: 'wake-token' });
+    expect(opEnv.find((e) => e.name === 'BERTH_WAKE_TOKEN')?.valueFrom?.secretKeyRef).toEqual(tokenRef);
+    const wakeSecret = await kubectlJson<{ data: Record<string, string> }>(['get', 'secret', release], {
+      namespace: ns.name,
+    });
+    expect(Buffer.from(wakeSecret.data['wake-token']!, 'base64').toString()).toMatch(/^[A-Za-z0-9]{40}$/);
+    const wakeSvc = await kubectlJson<{
+      spec: { clusterIP: string; ports: { name: string; port: number }[] };
+    }>(['get', 'service', `${release}-operator-wake`], { namespace: ns.name });
+    expect(wakeSvc.spec.clusterIP).toBe('None');
+    expect(wakeSvc.spec.ports).toMatchObject([{ name: 'wake', port: 8080 }]);
+
     // The CRD is established and its resources are served.
     await kubectlOk(['wait', '--for=condition=Established', `crd/${CRD}`, '--timeout=30s']);
     await kubectlOk(['get', 'dedicatedendpoints', '--namespace', ns.name]);

@@ -75,6 +75,13 @@ export const EnvSchema = z.object({
     .describe('Namespace of the leader Lease; default BERTH_NAMESPACE or berth-system'),
   BERTH_LEASE_NAME: z.string().default('berth-operator'),
   BERTH_IDENTITY: z.string().optional().describe('Leader-election identity; default hostname_pid'),
+  BERTH_WAKE_TOKEN: z
+    .string()
+    .min(16, 'BERTH_WAKE_TOKEN must be at least 16 characters (the chart generates one)')
+    .optional()
+    .describe(
+      "Bearer token of POST /wake on the metrics port, where the API tells the leader of a wake before the annotation's watch event does (the API's BERTH_WAKE_TOKEN); unset: no such route",
+    ),
   LOG_LEVEL: z.enum(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']).default('info'),
   BERTH_ENGINE_OTLP_TRACES_ENDPOINT: z
     .url('BERTH_ENGINE_OTLP_TRACES_ENDPOINT must be a URL such as http://otel-collector:4317')
@@ -130,6 +137,8 @@ export interface OperatorConfig extends ReconcilerConfig {
   leaseName: string;
   identity: string;
   logLevel: string;
+  /** The token of POST /wake (unset: the route is off). */
+  wakeToken?: string;
   /** Lease timings (client-go defaults 15/10/2 s); tests shorten them. */
   lease?: { durationSeconds: number; renewDeadlineSeconds: number; retryPeriodSeconds: number };
   /** InferencePools: the default for endpoints that do not say, and the default endpoint picker. */
@@ -170,6 +179,7 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): OperatorCon
     leaseName: e.BERTH_LEASE_NAME,
     identity: e.BERTH_IDENTITY ?? `${hostname()}_${process.pid}`,
     logLevel: e.LOG_LEVEL,
+    ...(e.BERTH_WAKE_TOKEN ? { wakeToken: e.BERTH_WAKE_TOKEN } : {}),
     inferencePools: poolDefaults(e.BERTH_INFERENCE_POOLS === 'true', e.BERTH_INFERENCE_POOL_PICKER),
     ...(e.BERTH_ENGINE_OTLP_TRACES_ENDPOINT
       ? {

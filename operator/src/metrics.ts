@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PHASES } from '@berth/crds';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -73,6 +73,12 @@ export function createMetrics() {
       labelNames: ['outcome'] as const,
       registers: [registry],
     }),
+    wakeHints: new Counter({
+      name: 'berth_operator_wake_hints_total',
+      help: "The API's direct wake signals (POST /wake) by answer: accepted, awake, stale, unknown, not_leader, unauthorized, bad_request",
+      labelNames: ['result'] as const,
+      registers: [registry],
+    }),
     leader: new Gauge({
       name: 'berth_operator_leader',
       help: '1 while this replica holds the lease',
@@ -85,13 +91,18 @@ export function createMetrics() {
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
-/** /metrics, /healthz (process alive), /readyz (caches synced, or standing by as a follower). */
+/**
+ * /metrics, /healthz (process alive), /readyz (caches synced, or standing by as a follower), and
+ * whatever `route` serves (POST /wake).
+ */
 export async function serveMetrics(
   metrics: Metrics,
   port: number,
   ready: () => boolean,
+  route?: (req: IncomingMessage, res: ServerResponse) => boolean,
 ): Promise<{ server: Server; port: number }> {
   const server = createServer((req, res) => {
+    if (route?.(req, res)) return;
     if (req.url === '/metrics') {
       metrics.registry
         .metrics()

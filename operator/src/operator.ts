@@ -4,7 +4,7 @@ import { PHASES } from '@berth/crds';
 import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import { pino } from 'pino';
-import { startController } from './core/controller.ts';
+import { startController, type WakeHintAnswer } from './core/controller.ts';
 import { wakeStages } from './core/placement.ts';
 import type { TerminationHook } from './core/runtime.ts';
 import type { OperatorConfig } from './config.ts';
@@ -15,6 +15,7 @@ import { LeaderElector } from './k8s/leader.ts';
 import { kubeRuntime } from './k8s/runtime.ts';
 import type { Metrics } from './metrics.ts';
 import { createMetrics, serveMetrics } from './metrics.ts';
+import { wakeRoute } from './wake-route.ts';
 
 export interface OperatorDeps {
   kubeConfig?: KubeConfig;
@@ -54,7 +55,9 @@ export async function startOperator(
   const log = deps.log ?? pino({ name: 'berth-operator', level: config.logLevel });
   const kc = reuseConnections(deps.kubeConfig ?? loadKubeConfig(config.kubeconfig));
   const metrics = createMetrics();
-  let controller: { synced: boolean; stop(): Promise<void> } | undefined;
+  let controller:
+    | { synced: boolean; wake(name: string, requestedAt: string): WakeHintAnswer; stop(): Promise<void> }
+    | undefined;
   let controllerStarting: Promise<void> = Promise.resolve();
   let stopping = false;
 
@@ -128,6 +131,7 @@ export async function startOperator(
       get synced() {
         return c.synced;
       },
+      wake: (name: string, requestedAt: string) => c.wake(`${config.namespace}/${name}`, requestedAt),
       async stop() {
         clearInterval(tick);
         await c.stop();
@@ -171,13 +175,26 @@ export async function startOperator(
   let server: Server | undefined;
   let port = 0;
   if (config.metricsPort >= 0) {
-    const served = await serveMetrics(metrics, config.metricsPort, () =>
-      controller ? controller.synced : !!elector,
+    const wake = config.wakeToken
+      ? wakeRoute({
+          token: config.wakeToken,
+          wake: (name, requestedAt) => controller?.wake(name, requestedAt),
+          onAnswer: (result) => metrics.wakeHints.inc({ result }),
+        })
+      : undefined;
+    const served = await serveMetrics(
+      metrics,
+      config.metricsPort,
+      () => (controller ? controller.synced : !!elector),
+      wake,
     );
     server = served.server;
     port = served.port;
   }
-  log.info({ identity, metricsPort: port, leaderElection: config.leaderElection }, 'operator started');
+  log.info(
+    { identity, metricsPort: port, leaderElection: config.leaderElection, wakeRoute: !!config.wakeToken },
+    'operator started',
+  );
 
   return {
     identity,

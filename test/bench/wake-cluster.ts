@@ -21,6 +21,7 @@ import {
   accountOn,
   create,
   cycle,
+  directWake,
   ENDPOINTS,
   endpoint,
   poll,
@@ -80,11 +81,13 @@ export async function benchWakeCluster(): Promise<string[]> {
   await installCrd();
   const ns = await testNamespace('bench-wake');
   const hub = await startFakeHub();
+  const direct = await directWake();
   const apiEnv = {
     KUBECONFIG: kubeconfigPath(),
     BERTH_NAMESPACE: ns.name,
     PROXY_RETRIES: '0',
     WAKE_HOLD_TIMEOUT_MS: '90000',
+    ...direct.apiEnv,
   };
   const op = separate
     ? await spawnOperator({
@@ -93,12 +96,19 @@ export async function benchWakeCluster(): Promise<string[]> {
         HF_ENDPOINT: hub.url,
         BERTH_ENGINE_IMAGE: 'berth/engine-sim:dev',
         BERTH_LEADER_ELECTION: 'false',
-        BERTH_METRICS_PORT: '0',
+        BERTH_METRICS_PORT: String(direct.port),
+        ...(direct.on ? { BERTH_WAKE_TOKEN: direct.token } : {}),
         // Hibernation's drain and grace only (kwok deletes at once): not on the wake's path.
         BERTH_DRAIN_SECONDS: '1',
         BERTH_TERMINATION_GRACE_SECONDS: '5',
       })
-    : await start(testConfig(ns.name, hub.url, { leaderElection: false }));
+    : await start(
+        testConfig(ns.name, hub.url, {
+          leaderElection: false,
+          metricsPort: direct.port,
+          ...(direct.on ? { wakeToken: direct.token } : {}),
+        }),
+      );
   const engines = await servePodEngines(loadKubeConfig(), ns.name, { ttftMs: 0, itlMs: 0, outputTokens: 4 });
   const api = separate
     ? await spawnApi({
@@ -140,7 +150,7 @@ export async function benchWakeCluster(): Promise<string[]> {
     );
     const warm = samples.filter((s) => s.receipt.placement === 'warm').length;
     return [
-      `${samples.length} wakes of ${ENDPOINTS} endpoints (of ${WAKES} asked) on kwok's H100 nodes, the pod Ready 1 s after it runs; ${separate ? 'the operator and the API each in a process of its own (as the chart runs them), the engine simulators and this client in a third' : 'API, operator, engine simulators and this client in one Node process'}; PROXY_RETRIES=0. "Engine Ready" is when this process's pod watch saw the pod Ready. Placement: ${warm} of ${samples.length} warm (woken on the node they ran on).`,
+      `${samples.length} wakes of ${ENDPOINTS} endpoints (of ${WAKES} asked) on kwok's H100 nodes, the pod Ready 1 s after it runs; ${separate ? 'the operator and the API each in a process of its own (as the chart runs them), the engine simulators and this client in a third' : 'API, operator, engine simulators and this client in one Node process'}; PROXY_RETRIES=0; ${direct.on ? 'the API tells the operator of each wake directly (POST /wake, as the chart sets it up) besides the annotation' : 'the wake annotation alone (BENCH_WAKE_DIRECT=false)'}. "Engine Ready" is when this process's pod watch saw the pod Ready. Placement: ${warm} of ${samples.length} warm (woken on the node they ran on).`,
       '',
       ...shareRows(samples, failures).rows,
     ];

@@ -1,6 +1,7 @@
 // `npm run bench wake`'s measuring: one wake of an endpoint through the API as a caller lives it
 // (a held streaming call, then the wake's receipt), many of them one at a time over several
 // endpoints, and Berth's own share of them. Used by ./wake.ts (local mode) and ./wake-cluster.ts.
+import { createServer, type AddressInfo } from 'node:net';
 import { ADMIN_TOKEN } from '../support/api.ts';
 import { percentile } from './stats.ts';
 
@@ -197,4 +198,35 @@ export async function cycle(
     }),
   );
   return { samples, failures };
+}
+
+/** A port nothing listens on now (the operator's metrics port, which the API must know). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * The chart's default: the API tells the operator of a wake directly (POST /wake) besides the
+ * annotation. BENCH_WAKE_DIRECT=false measures the annotation alone.
+ */
+export async function directWake(): Promise<
+  | { on: true; port: number; token: string; apiEnv: Record<string, string> }
+  | { on: false; port: 0; apiEnv: Record<string, string> }
+> {
+  if (process.env.BENCH_WAKE_DIRECT === 'false') return { on: false, port: 0, apiEnv: {} };
+  const port = await freePort();
+  const token = 'bench-wake-token-0123456789';
+  return {
+    on: true,
+    port,
+    token,
+    apiEnv: { BERTH_OPERATOR_URL: `http://127.0.0.1:${port}`, BERTH_WAKE_TOKEN: token },
+  };
 }

@@ -31,6 +31,7 @@ import {
   accountOn,
   create,
   cycle,
+  directWake,
   ENDPOINTS,
   endpoint,
   f0,
@@ -102,7 +103,9 @@ export async function benchWakeLoad(): Promise<string[]> {
   const custom = loadKubeConfig().makeApiClient(CustomObjectsApi);
   const hub = await startFakeHub();
   const engines = await servePodEngines(loadKubeConfig(), ns.name, { ttftMs: 0, itlMs: 0, outputTokens: 4 });
+  const direct = await directWake();
   const api = await startTestApi({
+    ...direct.apiEnv,
     KUBECONFIG: kubeconfigPath(),
     BERTH_NAMESPACE: ns.name,
     PROXY_RETRIES: '0',
@@ -165,6 +168,8 @@ export async function benchWakeLoad(): Promise<string[]> {
     op = await start(
       testConfig(ns.name, hub.url, {
         leaderElection: false,
+        metricsPort: direct.port,
+        ...(direct.on ? { wakeToken: direct.token } : {}),
         concurrency: CONCURRENCY,
         resyncSeconds: RESYNC_S,
       }),
@@ -203,7 +208,7 @@ export async function benchWakeLoad(): Promise<string[]> {
     for (const e of list.items)
       phases.set(e.status?.phase ?? '–', (phases.get(e.status?.phase ?? '–') ?? 0) + 1);
     return [
-      `${list.items.length} DedicatedEndpoints in the namespace (${[...phases].map(([p, n]) => `${n} ${p}`).join(', ')} at the end), created through the API in ${(created / 1000).toFixed(0)} s; the operator (concurrency ${CONCURRENCY}, every endpoint resynced every ${RESYNC_S} s) reconciled them all ${(settled / 1000).toFixed(0)} s after it started. ${samples.length} wakes of ${ENDPOINTS} of them (of ${WAKES} asked), one at a time, on kwok's H100 nodes; API, operator, engine simulators and this client in one Node process.`,
+      `${list.items.length} DedicatedEndpoints in the namespace (${[...phases].map(([p, n]) => `${n} ${p}`).join(', ')} at the end), created through the API in ${(created / 1000).toFixed(0)} s; the operator (concurrency ${CONCURRENCY}, every endpoint resynced every ${RESYNC_S} s) reconciled them all ${(settled / 1000).toFixed(0)} s after it started. ${samples.length} wakes of ${ENDPOINTS} of them (of ${WAKES} asked), one at a time, on kwok's H100 nodes; API, operator, engine simulators and this client in one Node process; ${direct.on ? 'the API tells the operator of each wake directly (POST /wake) besides the annotation' : 'the wake annotation alone (BENCH_WAKE_DIRECT=false)'}.`,
       '',
       ...loadRows(samples, failures),
     ];

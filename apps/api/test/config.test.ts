@@ -88,6 +88,22 @@ describe('configuration', () => {
     );
   });
 
+  it('tells the operator of wakes only with its token: BERTH_OPERATOR_URL needs BERTH_WAKE_TOKEN', () => {
+    expect(() => parseConfig({ BERTH_OPERATOR_URL: 'http://berth-operator-wake.berth.svc:8080' })).toThrow(
+      "BERTH_WAKE_TOKEN: is required with BERTH_OPERATOR_URL: the operator's BERTH_WAKE_TOKEN",
+    );
+    expect(() =>
+      parseConfig({ BERTH_OPERATOR_URL: 'operator:8080', BERTH_WAKE_TOKEN: 'x'.repeat(16) }),
+    ).toThrow(
+      'BERTH_OPERATOR_URL: must be a URL such as http://berth-operator-wake.berth.svc:8080 (got "operator:8080")',
+    );
+    expect(() => parseConfig({ BERTH_OPERATOR_URL: 'http://op:8080', BERTH_WAKE_TOKEN: 'short' })).toThrow(
+      'BERTH_WAKE_TOKEN: must be at least 16 characters (got "***")',
+    );
+    const c = parseConfig({ BERTH_OPERATOR_URL: 'http://op:8080', BERTH_WAKE_TOKEN: 'x'.repeat(16) });
+    expect([c.BERTH_OPERATOR_URL, c.BERTH_WAKE_TOKEN]).toEqual(['http://op:8080', 'x'.repeat(16)]);
+  });
+
   it('reports every problem at once', () => {
     expect(() => parseConfig({ PORT: 'x', MAX_BODY_BYTES: '-1' })).toThrow(/PORT[\s\S]*MAX_BODY_BYTES/);
   });

@@ -107,6 +107,36 @@ describe('platformUpstream.acquire', () => {
     await up.close();
   });
 
+  it('tells the runtime of the wake directly, before the annotation is written, with the same time', async () => {
+    const w = world();
+    const told: { id: string; at: string; annotated: number }[] = [];
+    let written!: () => void;
+    const endpoints = {
+      ...w.endpoints,
+      // The annotation's write takes long (a busy API server); the direct signal does not wait for it.
+      annotate: (_id: string, a: Record<string, string>) =>
+        a[ANNOTATION_WAKE_REQUESTED]
+          ? new Promise<void>((r) => (written = () => r(void w.annotations.push(a))))
+          : w.endpoints.annotate(_id, a),
+      signalWake: (id: string, at: string) => told.push({ id, at, annotated: w.annotations.length }),
+    };
+    const e = endpoint('endpt-t', 'hibernated', { hibernatedAt: new Date().toISOString() });
+    w.set(e);
+    const up = platformUpstream({ ...w, endpoints, logger });
+    const held = up.acquire(e, { hold: 5000, signal: signal() });
+    const again = up.acquire(e, { hold: 5000, signal: signal() });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(told).toHaveLength(1);
+    expect(told[0]).toMatchObject({ id: 'endpt-t', annotated: 0 });
+    written();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(w.annotations[0]![ANNOTATION_WAKE_REQUESTED]).toBe(told[0]!.at);
+    w.ready('endpt-t', ['http://10.0.0.4:8000']);
+    for (const got of await Promise.all([held, again])) if (got.ok) got.lease.release();
+    expect(told).toHaveLength(1);
+    await up.close();
+  });
+
   it('holds until a replica is ready, and counts the held call as in flight until release', async () => {
     const w = world();
     const e = endpoint('endpt-a', 'waking');

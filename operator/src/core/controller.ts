@@ -1,4 +1,5 @@
 import type { Catalog, DedicatedEndpoint, StartTiming, WakeReceipt } from '@berth/crds';
+import { ANNOTATION_WAKE_REQUESTED } from '@berth/crds';
 import type { Logger } from 'pino';
 import type { ReconcilerConfig } from './config.ts';
 import { errorText } from './error-text.ts';
@@ -60,9 +61,22 @@ export interface Controller<R extends ControlledRuntime> {
   readonly synced: boolean;
   /** Resolves when synced (or when stopped before). */
   readonly started: Promise<void>;
+  /**
+   * The API's wake signal, told directly (POST /wake): the pass runs at once, as if the wake
+   * annotation `requestedAt` were already on the endpoint, instead of after the API server has
+   * written it and the watch has brought it back. The annotation (which the API writes too) stays
+   * the record: the hint is dropped once the cache holds it or the status shows it seen.
+   */
+  wake(key: string, requestedAt: string): WakeHintAnswer;
   /** Stops the resync, drains the queue, then stops the runtime. */
   stop(): Promise<void>;
 }
+
+/** `accepted`: queued first; `unknown`: no such endpoint; `awake`: not hibernated; `stale`: older than the hibernation. */
+export type WakeHintAnswer = 'accepted' | 'unknown' | 'awake' | 'stale';
+
+/** How long a hint stands in for an annotation that never arrives (the API's write failed). */
+const HINT_TTL_MS = 60_000;
 
 /**
  * Starts the loop over the runtime `build` makes. The runtime needs the queue (its watches enqueue
@@ -110,10 +124,34 @@ export function startController<R extends ControlledRuntime>(
   );
 
   const rt = build((key, urgent) => (bound ? queue.add(key, urgent) : early.push(key)));
+  const hints = new Map<string, { at: string; until: number }>();
+  /** The cached endpoint, with a wake hint the cache does not show yet in place of its annotation. */
+  const withHint = (key: string): DedicatedEndpoint | undefined => {
+    const ep = rt.store.get(key);
+    const hint = hints.get(key);
+    if (!ep || !hint) return ep;
+    const at = Date.parse(hint.at);
+    const covers = (v: string | undefined) => v !== undefined && Date.parse(v) >= at;
+    if (
+      covers(ep.metadata.annotations?.[ANNOTATION_WAKE_REQUESTED]) ||
+      covers(ep.status?.wakeRequestSeen) ||
+      Date.now() > hint.until
+    ) {
+      hints.delete(key);
+      return ep;
+    }
+    const annotations = { ...ep.metadata.annotations, [ANNOTATION_WAKE_REQUESTED]: hint.at };
+    return { ...ep, metadata: { ...ep.metadata, annotations } };
+  };
   bound = {
     runtime: rt,
     deps: {
-      store: rt.store,
+      store: {
+        get: withHint,
+        writeStatus: (ep, status) => rt.store.writeStatus(ep, status),
+        setFinalizer: (ep, present) => rt.store.setFinalizer(ep, present),
+        recordEvent: (ep, event) => rt.store.recordEvent(ep, event),
+      },
       driver: rt.driver,
       termination: {
         onTerminate: async (ep) => {
@@ -163,6 +201,16 @@ export function startController<R extends ControlledRuntime>(
       return synced;
     },
     started,
+    wake(key, requestedAt) {
+      const ep = rt.store.get(key);
+      if (!ep || ep.metadata.deletionTimestamp) return 'unknown';
+      const hibernatedAt = ep.status?.hibernatedAt;
+      if (!hibernatedAt) return 'awake';
+      if (Date.parse(requestedAt) < Date.parse(hibernatedAt)) return 'stale';
+      hints.set(key, { at: requestedAt, until: Date.now() + HINT_TTL_MS });
+      queue.add(key, true);
+      return 'accepted';
+    },
     async stop() {
       halted = true;
       clearInterval(resync);

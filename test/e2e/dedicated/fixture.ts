@@ -32,18 +32,27 @@ export let other: Awaited<ReturnType<TestApi['newAccount']>>;
  * Registers the hooks that build the world before the file's tests and tear it down after; `env` adds
  * to the API's configuration (e.g. the dashboard's development identity provider).
  */
+const WAKE_TOKEN = 'e2e-wake-token-0123456789';
+
 export function useDedicatedEndpoints(env: Record<string, string> = {}): void {
   beforeAll(async () => {
     await installCrd();
     ns = await testNamespace('e2e-proxy');
     hub = await startFakeHub();
+    // As the chart sets them up: the API tells the operator of a wake directly (POST /wake).
     op = await start(
-      testConfig(ns.name, hub.url, { leaderElection: false, provisioningTimeoutSeconds: 120 }),
+      testConfig(ns.name, hub.url, {
+        leaderElection: false,
+        provisioningTimeoutSeconds: 120,
+        wakeToken: WAKE_TOKEN,
+      }),
     );
     engines = await servePodEngines(loadKubeConfig(), ns.name);
     api = await startTestApi({
       KUBECONFIG: kubeconfigPath(),
       BERTH_NAMESPACE: ns.name,
+      BERTH_OPERATOR_URL: `http://127.0.0.1:${op.metricsPort}`,
+      BERTH_WAKE_TOKEN: WAKE_TOKEN,
       PUBLIC_RATE_LIMIT_PER_CLIENT: '4',
       WAKE_HOLD_TIMEOUT_MS: '90000',
       USAGE_FLUSH_INTERVAL_MS: '60000',

@@ -38,6 +38,9 @@ describe('scale to zero and wake on request', () => {
 
     // A burst: one wake, every call held until a replica is Ready.
     const wakesBefore = api.upstream!.wakesSignalled;
+    const accepted = async () =>
+      (await op.metrics.wakeHints.get()).values.find((v) => v.labels.result === 'accepted')?.value ?? 0;
+    const hintsBefore = await accepted();
     const client = sdk(id, acct.inference, { timeout: 120_000 });
     const burst = Promise.all(
       Array.from({ length: 8 }, (_, i) =>
@@ -79,6 +82,8 @@ describe('scale to zero and wake on request', () => {
       expect(Number(response.headers.get('x-berth-wake-ms'))).toBeGreaterThan(0);
     }
     expect(api.upstream!.wakesSignalled - wakesBefore).toBeLessThanOrEqual(1);
+    // The operator heard of it from the API directly (POST /wake), once, before the annotation.
+    expect((await accepted()) - hintsBefore).toBe(1);
     const events = JSON.parse(
       await kubectlOk([
         'get',

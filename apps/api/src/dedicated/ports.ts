@@ -49,6 +49,12 @@ export interface EndpointWrites {
   listFresh(): Promise<DedicatedEndpoint[]>;
   /** Merge-patches annotations on the endpoint (activity, wake requests). */
   annotate(id: string, annotations: Record<string, string>): Promise<void>;
+  /**
+   * Tells the runtime at once that a wake was requested at `requestedAt` (the wake annotation's
+   * value), where it can hear it before the annotation's write (the operator's POST /wake).
+   * Best effort, never throws; absent where the annotation is as fast.
+   */
+  signalWake?(id: string, requestedAt: string): void;
 }
 
 export type Endpoints = EndpointCache & EndpointWrites;

@@ -7,7 +7,16 @@ import { startK8sGpuMeter } from './kubernetes/gpu-meter.ts';
 import type { EndpointRuntime } from './ports.ts';
 
 export function kubernetesRuntime(config: Config, logger: Logger): EndpointRuntime {
-  const { endpoints, backends, logs } = kubernetesAdapters(config.KUBECONFIG, config.BERTH_NAMESPACE, logger);
+  const operator =
+    config.BERTH_OPERATOR_URL && config.BERTH_WAKE_TOKEN
+      ? { url: config.BERTH_OPERATOR_URL, token: config.BERTH_WAKE_TOKEN }
+      : undefined;
+  const { endpoints, backends, logs } = kubernetesAdapters(
+    config.KUBECONFIG,
+    config.BERTH_NAMESPACE,
+    logger,
+    operator,
+  );
   return {
     kind: 'kubernetes',
     endpoints,

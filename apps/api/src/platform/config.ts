@@ -137,6 +137,17 @@ export const configSchema = z
       .string()
       .optional()
       .describe('JSON/YAML instance-type catalog (GET /api/hardware); unset: built-in'),
+    BERTH_OPERATOR_URL: z
+      .url({ protocol: /^http$/, error: 'must be a URL such as http://berth-operator-wake.berth.svc:8080' })
+      .optional()
+      .describe(
+        "The operator's metrics port, where a wake is told to its leader at once (every address the host resolves to is asked); unset: the wake annotation alone",
+      ),
+    BERTH_WAKE_TOKEN: z
+      .string()
+      .min(16, 'must be at least 16 characters')
+      .optional()
+      .describe("The operator's BERTH_WAKE_TOKEN"),
     PUBLIC_URL: z
       .string()
       .url('must be a URL such as https://berth.example.com')
@@ -367,13 +378,12 @@ export const configSchema = z
     // ──
   })
   .superRefine((c, ctx) => {
-    if (c.BILLING_LEASE_TTL_MS < 3 * c.BILLING_FLUSH_INTERVAL_MS) {
+    if (c.BILLING_LEASE_TTL_MS < 3 * c.BILLING_FLUSH_INTERVAL_MS)
       ctx.addIssue({
         code: 'custom',
         path: ['BILLING_LEASE_TTL_MS'],
         message: 'must be at least three times BILLING_FLUSH_INTERVAL_MS (leases are renewed when flushed)',
       });
-    }
     const oidc = [c.BERTH_OIDC_ISSUER, c.BERTH_OIDC_CLIENT_ID, c.BERTH_OIDC_CLIENT_SECRET];
     if (oidc.some(Boolean) && !oidc.every(Boolean)) {
       for (const [name, v] of [
@@ -396,13 +406,18 @@ export const configSchema = z
         message: 'cannot be true with BERTH_OIDC_ISSUER set: the dashboard signs in with one provider',
       });
     }
-    if (c.DATABASE_URL && !c.ADMIN_TOKEN) {
+    if (c.BERTH_OPERATOR_URL && !c.BERTH_WAKE_TOKEN)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['BERTH_WAKE_TOKEN'],
+        message: "is required with BERTH_OPERATOR_URL: the operator's BERTH_WAKE_TOKEN",
+      });
+    if (c.DATABASE_URL && !c.ADMIN_TOKEN)
       ctx.addIssue({
         code: 'custom',
         path: ['ADMIN_TOKEN'],
         message: 'is required when DATABASE_URL is set (use e.g. `openssl rand -hex 24`)',
       });
-    }
   });
 
 export type Config = z.infer<typeof configSchema>;

@@ -25,6 +25,7 @@ import type { Logger } from 'pino';
 import { endpointChanged, endpointNotFound } from '../../platform/errors.ts';
 import type { Endpoints } from '../ports.ts';
 import { BILLING_FINALIZER } from './gpu-meter.ts';
+import type { OperatorWake } from './operator-wake.ts';
 
 function isNotFound(err: unknown): boolean {
   return (err as { code?: number }).code === 404;
@@ -35,7 +36,12 @@ function isConflict(err: unknown): boolean {
   return (err as { code?: number }).code === 409;
 }
 
-export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger): Endpoints {
+export function k8sEndpoints(
+  kc: KubeConfig,
+  namespace: string,
+  logger: Logger,
+  signalWake?: OperatorWake,
+): Endpoints {
   const api = kc.makeApiClient(CustomObjectsApi);
   const core = kc.makeApiClient(CoreV1Api);
   const requests = new KubeRequests(kc);
@@ -200,6 +206,7 @@ export function k8sEndpoints(kc: KubeConfig, namespace: string, logger: Logger):
         'application/merge-patch+json',
       );
     },
+    ...(signalWake ? { signalWake } : {}),
     watch: (id, fn) => listeners.add(id, fn),
     close: () => supervised.stop(),
   };

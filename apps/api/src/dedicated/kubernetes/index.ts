@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import type { Backends, EndpointLogs, Endpoints } from '../ports.ts';
 import { k8sEndpoints } from './endpoints.ts';
 import { k8sEndpointLogs } from './logs.ts';
+import { operatorWake } from './operator-wake.ts';
 import { k8sBackends } from './pods.ts';
 
 export function loadKubeConfig(kubeconfig?: string): KubeConfig {
@@ -20,10 +21,13 @@ export function kubernetesAdapters(
   kubeconfig: string | undefined,
   namespace: string,
   logger: Logger,
+  /** The operator's POST /wake (BERTH_OPERATOR_URL, BERTH_WAKE_TOKEN); unset: the annotation alone. */
+  operator?: { url: string; token: string },
 ): { endpoints: Endpoints; backends: Backends; logs: EndpointLogs } {
   const kc = loadKubeConfig(kubeconfig);
+  const wake = operator ? operatorWake(operator.url, operator.token, logger) : undefined;
   return {
-    endpoints: k8sEndpoints(kc, namespace, logger),
+    endpoints: k8sEndpoints(kc, namespace, logger, wake),
     backends: k8sBackends(kc, namespace, logger),
     logs: k8sEndpointLogs(kc, namespace),
   };

@@ -44,7 +44,7 @@ export interface PlatformUpstream extends Upstream<DedicatedEndpoint> {
 }
 
 export interface PlatformUpstreamOptions {
-  endpoints: Pick<Endpoints, 'get' | 'watch' | 'annotate'>;
+  endpoints: Pick<Endpoints, 'get' | 'watch' | 'annotate' | 'signalWake'>;
   backends: Backends;
   logger: Logger;
   /** Once per wake this process signalled, with its duration in seconds (metrics). */

@@ -22,7 +22,7 @@ export interface Waker {
 }
 
 export function waker(
-  store: Pick<Endpoints, 'watch' | 'annotate'>,
+  store: Pick<Endpoints, 'watch' | 'annotate' | 'signalWake'>,
   backends: Backends,
   logger: Logger,
   /**
@@ -99,6 +99,8 @@ export function waker(
       if (!p) {
         const at = Date.now();
         const signal = new Date(at).toISOString();
+        // The operator hears it directly where it can (the pass runs before the write below lands).
+        store.signalWake?.(id, signal);
         p = store
           // One write: the wake, and the traffic that asked for it (the call's own activity report
           // waits for the next interval, so the operator is not woken twice for one call).
