@@ -70,6 +70,31 @@ export function cpuUs(pid: number): number {
   }
 }
 
+/** The kind of a process's thread, by its name: where in a Node process the CPU goes. */
+function threadKind(pid: number, tid: string): string {
+  if (tid === String(pid)) return 'main thread';
+  const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+  if (comm.startsWith('V8 ') || comm === 'DelayedTaskSche') return 'V8 (GC, compiler)';
+  if (comm.startsWith('libuv-worker')) return 'libuv pool';
+  return 'other threads';
+}
+
+/** cpuUs by thread kind (µs); {} where schedstat is not available. */
+export function cpuByKind(pid: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const k = threadKind(pid, tid);
+      out[k] =
+        (out[k] ?? 0) +
+        Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]) / 1000;
+    }
+  } catch {
+    return {};
+  }
+  return out;
+}
+
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
@@ -215,23 +240,44 @@ async function cpuRounds(
   rounds: number,
   stream: boolean,
   tokens: number,
-): Promise<Record<string, { us: number; n: number; events: number; rounds: number[] }>> {
-  const cpu: Record<string, { us: number; n: number; events: number; rounds: number[] }> = {};
+): Promise<Record<string, CpuTally>> {
+  const cpu: Record<string, CpuTally> = {};
   for (const [t] of procs) await concurrent(t, stream ? 64 : 500, CPU_CONCURRENCY, stream, tokens);
   const batch = Math.round(n / rounds);
   for (let r = 0; r < rounds; r++)
     for (const [t, pid] of [...procs.slice(r % procs.length), ...procs.slice(0, r % procs.length)]) {
       const before = cpuUs(pid);
+      const kindsBefore = cpuByKind(pid);
       const res = await concurrent(t, batch, CPU_CONCURRENCY, stream, tokens);
       const after = cpuUs(pid);
+      const kindsAfter = cpuByKind(pid);
       if (res.ok !== batch) throw new Error(`${t.name}: ${res.ok} of ${batch} answered`);
-      const c = (cpu[t.name] ??= { us: 0, n: 0, events: 0, rounds: [] });
+      const c = (cpu[t.name] ??= { us: 0, n: 0, events: 0, rounds: [], kinds: {} });
+      for (const [k, us] of Object.entries(kindsAfter))
+        c.kinds[k] = (c.kinds[k] ?? 0) + us - (kindsBefore[k] ?? 0); // a thread born in the batch counts whole
       c.us += after - before;
       c.n += res.ok;
       c.events += res.events;
       c.rounds.push((after - before) / res.ok);
     }
   return cpu;
+}
+
+interface CpuTally {
+  us: number;
+  n: number;
+  events: number;
+  rounds: number[];
+  /** µs by thread kind (cpuByKind), over all rounds. */
+  kinds: Record<string, number>;
+}
+
+/** CPU per request by thread kind, µs: "main thread 120.1 · V8 (GC, compiler) 30.2 · …". */
+export function byKind(c: CpuTally): string {
+  return Object.entries(c.kinds)
+    .sort((a, b) => b[1] - a[1])
+    .map(([k, us]) => `${k} ${f(us / c.n, 1)}`)
+    .join(' · ');
 }
 
 /** Median (and range) of each round's ratio of `name`'s CPU to the lean proxy's in the same round. */
@@ -350,6 +396,7 @@ async function core(c: Ctx): Promise<Part> {
       `|---|---|---|---|${base ? '---|---|' : ''}`,
       `| µs, all rounds | ${f(per('lean'), 1)} | ${f(per('berth'), 1)} | ${f(ratio, 2)}× |${base ? ` ${f(per('baseline'), 1)} | ${f(per('baseline') / per('lean'), 2)}× |` : ''}`,
       `| each round's ratio to the lean proxy's: median (range) | | | ${perRound(cpu, 'berth')} |${base ? ` | ${perRound(cpu, 'baseline')} |` : ''}`,
+      `| µs by thread (all rounds) | ${byKind(cpu.lean!)} | ${byKind(cpu.berth!)} | |${base ? ` ${byKind(cpu.baseline!)} | |` : ''}`,
       ...(base ? ['', `Baseline tree: ${c.baseTree}, started the same way, in the same rounds.`] : []),
       '',
       `Client disconnect: ${cut.n} streams (max_tokens 500,000 at ITL 0, held back by a client that stops reading after the first bytes) whose client socket is destroyed; time until the engine has no request running (its /metrics polled every 2 ms): p50 ${f(cut.p50, 1)} ms, max ${f(cut.p99, 1)} ms.`,
