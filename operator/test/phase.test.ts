@@ -289,6 +289,33 @@ describe('phase machine memory', () => {
     ]);
   });
 
+  it('a wake does not end in the pass that starts it, even when a replica of the hibernation still looks Ready', () => {
+    const hibernated = endpoint(
+      { phase: 'hibernated', reason: 'IdleTimeout', hibernatedAt: ago(1), preflightGeneration: 1 },
+      1,
+      { [ANNOTATION_WAKE_REQUESTED]: T0.toISOString() },
+    );
+    const first = decide(hibernated, { hardware: ok, workload: wl(1) }, T0, opts);
+    expect([first.phase, first.desiredReplicas, first.memory.wakeStartedAt]).toEqual([
+      'waking',
+      1,
+      T0.toISOString(),
+    ]);
+    expect(first.requeueAfterMs).toBe(1_000);
+    expect(first.wakeDurationSeconds).toBeUndefined();
+    // The next pass, after the count was written and the status with the wake: a Ready replica ends it.
+    const later = new Date(T0.getTime() + 2_000);
+    const next = decide(
+      endpoint({ ...first.memory, phase: 'waking', reason: 'WakeRequested' }, 1, {
+        [ANNOTATION_WAKE_REQUESTED]: T0.toISOString(),
+      }),
+      { hardware: ok, workload: wl(1) },
+      later,
+      opts,
+    );
+    expect([next.phase, next.wakeDurationSeconds]).toEqual(['up', 2]);
+  });
+
   it('reports the wake duration when the wake completes', () => {
     const d = decide(endpoint(STATES.waking), { hardware: ok, workload: wl(1) }, T0, opts);
     expect(d.wakeDurationSeconds).toBe(30);

@@ -28,6 +28,8 @@ const FAILURE_FROM_WORKLOAD: Record<Exclude<WorkloadFailureKind, 'Unschedulable'
 };
 
 const POLL_MS = 30_000;
+/** The pass after the one that starts a wake, at the latest (sooner on any change it watches). */
+const WAKE_RECHECK_MS = 1_000;
 
 function iso(d: Date): string {
   return d.toISOString();
@@ -151,12 +153,17 @@ export function decide(
   const wl = observed.workload;
   const wakeRequested = annotations[ANNOTATION_WAKE_REQUESTED];
 
+  // A wake that starts in this pass does not end in it: what this pass observed predates the replica
+  // count it writes (a replica of the hibernation just before, Ready until its deletion is seen, or
+  // a Deployment status not yet updated for it), and the wake is written down before it can end.
+  let wakeStartsNow = false;
   if (m.hibernatedAt) {
     const newWake = wakeRequested !== undefined && wakeRequested !== m.wakeRequestSeen;
     if (newWake || minReplicas > 0) {
       m.hibernatedAt = undefined;
       m.wakeRequestSeen = wakeRequested;
       m.wakeStartedAt = iso(now);
+      wakeStartsNow = true;
     } else {
       return result(
         'hibernated',
@@ -171,7 +178,7 @@ export function decide(
     wl.failure && wl.failure.kind !== 'Unschedulable' ? { ...wl.failure, kind: wl.failure.kind } : undefined;
 
   if (m.wakeStartedAt) {
-    if (wl.readyReplicas > 0) {
+    if (wl.readyReplicas > 0 && !wakeStartsNow) {
       wakeDurationSeconds = elapsedMs(m.wakeStartedAt, now) / 1000;
       m.wakeStartedAt = undefined;
       m.upSince = iso(now);
@@ -192,7 +199,7 @@ export function decide(
         'WakeRequested',
         'A request reached the hibernated endpoint; starting a replica',
         running,
-        Math.min(left, POLL_MS),
+        Math.min(left, wakeStartsNow ? WAKE_RECHECK_MS : POLL_MS),
       );
     }
   }
