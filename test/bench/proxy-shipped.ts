@@ -74,9 +74,11 @@ export function cpuUs(pid: number): number {
 function threadKind(pid: number, tid: string): string {
   if (tid === String(pid)) return 'main thread';
   const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
-  if (comm.startsWith('V8 ') || comm === 'DelayedTaskSche') return 'V8 (GC, compiler)';
+  // Node 24: MainThread, V8Worker ×4 (parallel and concurrent GC, concurrent compilation),
+  // DelayedTaskSche, SignalInspector, libuv-worker ×4.
+  if (comm.startsWith('V8') || comm === 'DelayedTaskSche') return 'V8 workers (GC, compiler)';
   if (comm.startsWith('libuv-worker')) return 'libuv pool';
-  return 'other threads';
+  return comm; // WorkerThread (tsx's module hooks), SignalInspector
 }
 
 /** cpuUs by thread kind (µs); {} where schedstat is not available. */

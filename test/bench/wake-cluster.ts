@@ -56,7 +56,7 @@ function readyWatch(namespace: string) {
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 /** The operator as the chart runs it: its own process, configured by its environment. */
-async function spawnOperator(env: Record<string, string>): Promise<{ stop: () => Promise<void> }> {
+export async function spawnOperator(env: Record<string, string>): Promise<{ stop: () => Promise<void> }> {
   const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'operator/src/main.ts'], {
     cwd: root,
     env: { ...process.env, LOG_LEVEL: 'warn', ...env },

@@ -22,11 +22,13 @@ import {
 import { GROUP, LABEL_ENDPOINT, PLURAL, VERSION, type DedicatedEndpoint } from '@berth/crds';
 import { kubeconfigPath, kubectl, loadKubeConfig, testNamespace } from '../cluster/env.ts';
 import { patchEndpointSpec } from '../support/endpoint-spec.ts';
-import { startTestApi } from '../support/api.ts';
+import { ADMIN_TOKEN, spawnApi, startTestApi } from '../support/api.ts';
+import { createTestDatabase } from '../support/postgres.ts';
 import { startFakeHub } from '../support/fake-hub.ts';
 import { Cluster, installCrd, start, testConfig } from '../support/operator.ts';
 import { servePodEngines } from '../support/pod-engines.ts';
 import { machine, percentile } from './stats.ts';
+import { spawnOperator } from './wake-cluster.ts';
 import {
   accountOn,
   create,
@@ -104,7 +106,10 @@ export async function benchWakeLoad(): Promise<string[]> {
   const hub = await startFakeHub();
   const engines = await servePodEngines(loadKubeConfig(), ns.name, { ttftMs: 0, itlMs: 0, outputTokens: 4 });
   const direct = await directWake();
-  const api = await startTestApi({
+  // As the chart runs them: the API and the operator each in a process of its own
+  // (BENCH_WAKE_PROCESSES=one: both in this process, with the engines and the client).
+  const separate = (process.env.BENCH_WAKE_PROCESSES ?? 'separate') !== 'one';
+  const apiEnv = {
     ...direct.apiEnv,
     KUBECONFIG: kubeconfigPath(),
     BERTH_NAMESPACE: ns.name,
@@ -112,8 +117,22 @@ export async function benchWakeLoad(): Promise<string[]> {
     WAKE_HOLD_TIMEOUT_MS: '90000',
     BERTH_QUOTA_ENDPOINTS: String(TOTAL + 10),
     BERTH_QUOTA_GPUS: String(TOTAL + 10),
+  };
+  const api = await (
+    separate
+      ? spawnApi({
+          ...apiEnv,
+          DATABASE_URL: (await createTestDatabase('bench_wake_load')).url,
+          ADMIN_TOKEN,
+          LOG_LEVEL: 'info', // spawnApi reads the port from the "listening" line
+        })
+      : startTestApi(apiEnv)
+  ).catch(async (err: unknown) => {
+    // Nothing of a failed start outlives the benchmark.
+    await Promise.allSettled([engines.close(), hub.close(), ns.remove()]);
+    throw err;
   });
-  let op: Awaited<ReturnType<typeof start>> | undefined;
+  let op: { stop(): Promise<void> } | undefined;
   const watch = scaleWatch(ns.name);
   await watch.start();
   try {
@@ -165,15 +184,29 @@ export async function benchWakeLoad(): Promise<string[]> {
     );
 
     const t1 = Date.now();
-    op = await start(
-      testConfig(ns.name, hub.url, {
-        leaderElection: false,
-        metricsPort: direct.port,
-        ...(direct.on ? { wakeToken: direct.token } : {}),
-        concurrency: CONCURRENCY,
-        resyncSeconds: RESYNC_S,
-      }),
-    );
+    op = separate
+      ? await spawnOperator({
+          KUBECONFIG: kubeconfigPath(),
+          BERTH_NAMESPACE: ns.name,
+          HF_ENDPOINT: hub.url,
+          BERTH_ENGINE_IMAGE: 'berth/engine-sim:dev',
+          BERTH_LEADER_ELECTION: 'false',
+          BERTH_METRICS_PORT: String(direct.port),
+          ...(direct.on ? { BERTH_WAKE_TOKEN: direct.token } : {}),
+          BERTH_CONCURRENCY: String(CONCURRENCY),
+          BERTH_RESYNC_SECONDS: String(RESYNC_S),
+          BERTH_DRAIN_SECONDS: '1',
+          BERTH_TERMINATION_GRACE_SECONDS: '5',
+        })
+      : await start(
+          testConfig(ns.name, hub.url, {
+            leaderElection: false,
+            metricsPort: direct.port,
+            ...(direct.on ? { wakeToken: direct.token } : {}),
+            concurrency: CONCURRENCY,
+            resyncSeconds: RESYNC_S,
+          }),
+        );
     // Settled: every endpoint reconciled (its Ready condition written), the woken ones up.
     await poll('all reconciled', 600_000, 2000, async () => {
       const list = (await custom.listNamespacedCustomObject({
@@ -208,7 +241,7 @@ export async function benchWakeLoad(): Promise<string[]> {
     for (const e of list.items)
       phases.set(e.status?.phase ?? '–', (phases.get(e.status?.phase ?? '–') ?? 0) + 1);
     return [
-      `${list.items.length} DedicatedEndpoints in the namespace (${[...phases].map(([p, n]) => `${n} ${p}`).join(', ')} at the end), created through the API in ${(created / 1000).toFixed(0)} s; the operator (concurrency ${CONCURRENCY}, every endpoint resynced every ${RESYNC_S} s) reconciled them all ${(settled / 1000).toFixed(0)} s after it started. ${samples.length} wakes of ${ENDPOINTS} of them (of ${WAKES} asked), one at a time, on kwok's H100 nodes; API, operator, engine simulators and this client in one Node process; ${direct.on ? 'the API tells the operator of each wake directly (POST /wake) besides the annotation' : 'the wake annotation alone (BENCH_WAKE_DIRECT=false)'}.`,
+      `${list.items.length} DedicatedEndpoints in the namespace (${[...phases].map(([p, n]) => `${n} ${p}`).join(', ')} at the end), created through the API in ${(created / 1000).toFixed(0)} s; the operator (concurrency ${CONCURRENCY}, every endpoint resynced every ${RESYNC_S} s) reconciled them all ${(settled / 1000).toFixed(0)} s after it started. ${samples.length} wakes of ${ENDPOINTS} of them (of ${WAKES} asked), one at a time, on kwok's H100 nodes; ${separate ? 'the operator and the API each in a process of its own (as the chart runs them), the engine simulators and this client in a third' : 'API, operator, engine simulators and this client in one Node process'}; ${direct.on ? 'the API tells the operator of each wake directly (POST /wake) besides the annotation' : 'the wake annotation alone (BENCH_WAKE_DIRECT=false)'}.`,
       '',
       ...loadRows(samples, failures),
     ];
