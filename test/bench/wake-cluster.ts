@@ -56,6 +56,28 @@ function readyWatch(namespace: string) {
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 /** The operator as the chart runs it: its own process, configured by its environment. */
+/** The benchmark operator's environment: one namespace, the fake hub, the engine simulator's image. */
+export function operatorEnv(
+  namespace: string,
+  hubUrl: string,
+  direct: Awaited<ReturnType<typeof directWake>>,
+  more: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    KUBECONFIG: kubeconfigPath(),
+    BERTH_NAMESPACE: namespace,
+    HF_ENDPOINT: hubUrl,
+    BERTH_ENGINE_IMAGE: 'berth/engine-sim:dev',
+    BERTH_LEADER_ELECTION: 'false',
+    BERTH_METRICS_PORT: String(direct.port),
+    ...(direct.on ? { BERTH_WAKE_TOKEN: direct.token } : {}),
+    // Hibernation's drain and grace only (kwok deletes at once): not on the wake's path.
+    BERTH_DRAIN_SECONDS: '1',
+    BERTH_TERMINATION_GRACE_SECONDS: '5',
+    ...more,
+  };
+}
+
 export async function spawnOperator(env: Record<string, string>): Promise<{ stop: () => Promise<void> }> {
   const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'operator/src/main.ts'], {
     cwd: root,
@@ -90,18 +112,7 @@ export async function benchWakeCluster(): Promise<string[]> {
     ...direct.apiEnv,
   };
   const op = separate
-    ? await spawnOperator({
-        KUBECONFIG: kubeconfigPath(),
-        BERTH_NAMESPACE: ns.name,
-        HF_ENDPOINT: hub.url,
-        BERTH_ENGINE_IMAGE: 'berth/engine-sim:dev',
-        BERTH_LEADER_ELECTION: 'false',
-        BERTH_METRICS_PORT: String(direct.port),
-        ...(direct.on ? { BERTH_WAKE_TOKEN: direct.token } : {}),
-        // Hibernation's drain and grace only (kwok deletes at once): not on the wake's path.
-        BERTH_DRAIN_SECONDS: '1',
-        BERTH_TERMINATION_GRACE_SECONDS: '5',
-      })
+    ? await spawnOperator(operatorEnv(ns.name, hub.url, direct))
     : await start(
         testConfig(ns.name, hub.url, {
           leaderElection: false,

@@ -28,7 +28,7 @@ import { startFakeHub } from '../support/fake-hub.ts';
 import { Cluster, installCrd, start, testConfig } from '../support/operator.ts';
 import { servePodEngines } from '../support/pod-engines.ts';
 import { machine, percentile } from './stats.ts';
-import { spawnOperator } from './wake-cluster.ts';
+import { operatorEnv, spawnOperator } from './wake-cluster.ts';
 import {
   accountOn,
   create,
@@ -185,19 +185,12 @@ export async function benchWakeLoad(): Promise<string[]> {
 
     const t1 = Date.now();
     op = separate
-      ? await spawnOperator({
-          KUBECONFIG: kubeconfigPath(),
-          BERTH_NAMESPACE: ns.name,
-          HF_ENDPOINT: hub.url,
-          BERTH_ENGINE_IMAGE: 'berth/engine-sim:dev',
-          BERTH_LEADER_ELECTION: 'false',
-          BERTH_METRICS_PORT: String(direct.port),
-          ...(direct.on ? { BERTH_WAKE_TOKEN: direct.token } : {}),
-          BERTH_CONCURRENCY: String(CONCURRENCY),
-          BERTH_RESYNC_SECONDS: String(RESYNC_S),
-          BERTH_DRAIN_SECONDS: '1',
-          BERTH_TERMINATION_GRACE_SECONDS: '5',
-        })
+      ? await spawnOperator(
+          operatorEnv(ns.name, hub.url, direct, {
+            BERTH_CONCURRENCY: String(CONCURRENCY),
+            BERTH_RESYNC_SECONDS: String(RESYNC_S),
+          }),
+        )
       : await start(
           testConfig(ns.name, hub.url, {
             leaderElection: false,
