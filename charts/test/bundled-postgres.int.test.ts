@@ -150,7 +150,7 @@ describe('bundled PostgreSQL (database.bundled) on the local control plane', () 
     expect(wait?.image).toBe('postgres:17.6');
     expect(wait?.command?.join(' ')).toContain(`pg_isready -q -h ${db} -p 5432 -U berth`);
     const chartSecret = await get<{ data: Record<string, string> }>('secret', release);
-    expect(Object.keys(chartSecret.data).sort()).toEqual(['admin-token', 'key-hash-secret']);
+    expect(Object.keys(chartSecret.data).sort()).toEqual(['admin-token', 'key-hash-secret', 'wake-token']);
 
     // The rest of the try-out runs (kwok completes the init container): API and operator Ready.
     for (const component of ['api', 'operator']) {

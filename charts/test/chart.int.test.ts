@@ -408,6 +408,7 @@ describe('helm install into the local control plane', () => {
     });
     expect(after.data['admin-token']).toBe(secret.data['admin-token']);
     expect(after.data['key-hash-secret']).toBe(secret.data['key-hash-secret']);
+    expect(after.data['wake-token']).toBe(secret.data['wake-token']);
 
     await helmOk(['uninstall', release, '--namespace', ns.name, '--wait', '--timeout', '2m'], {
       cluster: true,
