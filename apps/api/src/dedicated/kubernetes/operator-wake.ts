@@ -24,8 +24,10 @@ export function operatorWake(url: string, token: string, logger: Logger): Operat
   const resolve = (): Promise<string[]> => {
     if (!addresses || Date.now() - addresses.at > LOOKUP_TTL_MS) {
       const list = lookup(host, { all: true }).then((a) => a.map((x) => x.address));
-      list.catch(() => (addresses = undefined)); // look up again on the next wake
-      addresses = { at: Date.now(), list };
+      const entry = { at: Date.now(), list };
+      // A failed lookup is not kept: the next wake looks up again (a newer entry stays).
+      list.catch(() => addresses === entry && (addresses = undefined));
+      addresses = entry;
     }
     return addresses.list;
   };
