@@ -88,6 +88,14 @@ describe('drift', () => {
       JSON.stringify(f.fieldsV1 ?? {}).includes('"f:replicas"'),
     );
     expect(replicasOwner?.manager).toBe('berth-operator');
+    // Only the count departed: put back by a merge patch of that one field (an Update under our
+    // manager), not a new apply of the whole Deployment; the apply's own fields stay the apply's.
+    expect(replicasOwner?.operation).toBe('Update');
+    expect(JSON.stringify(replicasOwner?.fieldsV1)).toBe('{"f:spec":{"f:replicas":{}}}');
+    const applied = dep?.metadata?.managedFields?.find(
+      (f) => f.manager === 'berth-operator' && f.operation === 'Apply',
+    );
+    expect(JSON.stringify(applied?.fieldsV1)).toContain('"f:template"');
   });
 
   it('restores a container image edited by hand (the spec hash label untouched)', async () => {

@@ -2,7 +2,7 @@ import type { DedicatedEndpoint } from '@berth/crds';
 import { DEFAULT_CATALOG, DedicatedEndpointSpecSchema } from '@berth/crds';
 import { describe, expect, it } from 'vitest';
 import { desiredDeployment, desiredService } from '../src/k8s/builders.ts';
-import { driftOf } from '../src/k8s/drift.ts';
+import { driftOf, scaleOnly } from '../src/k8s/drift.ts';
 
 const h100 = DEFAULT_CATALOG.instanceTypes.find((t) => t.id === 'nvidia-h100-80gb')!;
 const ep: DedicatedEndpoint = {
@@ -92,5 +92,22 @@ describe('driftOf', () => {
     const tol = asServed(dep);
     tol.spec!.template.spec!.tolerations!.push({ key: 'x', operator: 'Exists' });
     expect(driftOf(dep, tol)).toBe('.spec.template.spec.tolerations');
+  });
+});
+
+describe('scaleOnly', () => {
+  it('is true when the replica count is all that departs (a wake or a hibernation), else false', () => {
+    const asleep = asServed(desiredDeployment(ep, h100, build, 0));
+    // A wake: 0 → 1 with everything else as applied (server defaults and others' fields aside).
+    expect(scaleOnly(desiredDeployment(ep, h100, build, 1), asleep)).toBe(true);
+    // Nothing to scale.
+    expect(scaleOnly(desiredDeployment(ep, h100, build, 0), asleep)).toBe(false);
+    // The count and another field: a full apply.
+    const edited = structuredClone(asleep);
+    edited.spec!.template.spec!.containers[0]!.image = 'example.com/other:1';
+    expect(scaleOnly(desiredDeployment(ep, h100, build, 1), edited)).toBe(false);
+    // A new spec (another GPU count) with a new count: a full apply.
+    const bigger = { ...ep, spec: { ...ep.spec, hardware: { ...ep.spec.hardware, gpuCount: 2 } } };
+    expect(scaleOnly(desiredDeployment(bigger, h100, build, 1), asleep)).toBe(false);
   });
 });

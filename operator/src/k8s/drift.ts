@@ -63,3 +63,18 @@ function firstDifference(want: unknown, have: unknown, path: string): string | u
 function isNamed(v: unknown): v is { name: string } {
   return v !== null && typeof v === 'object' && typeof (v as { name?: unknown }).name === 'string';
 }
+
+/**
+ * The live Deployment departs from the desired one only in its replica count: everything else the
+ * operator applies is there, as applied.
+ */
+export function scaleOnly(
+  desired: KubernetesObject & { spec?: { replicas?: number } },
+  live: KubernetesObject & { spec?: { replicas?: number } },
+): boolean {
+  const want = desired.spec?.replicas;
+  if (want === undefined || live.spec?.replicas === want) return false;
+  return (
+    driftOf({ ...desired, spec: { ...desired.spec, replicas: live.spec?.replicas } }, live) === undefined
+  );
+}

@@ -24,9 +24,9 @@ import {
 } from './builders.ts';
 import type { PoolDefaults } from '../config.ts';
 import { keyOf, type KubeCache } from './cache.ts';
-import { driftOf } from './drift.ts';
+import { driftOf, scaleOnly } from './drift.ts';
 import { observeWorkload } from './observe.ts';
-import { KubeApiError, KubeRequests, resourcePath } from './requests.ts';
+import { KubeApiError, KubeRequests, MERGE_PATCH, resourcePath } from './requests.ts';
 
 // The endpoint's workload on Kubernetes: a Deployment, a Service and optionally a model-cache PVC,
 // server-side applied from the pure builders when the cache shows they differ (drift.ts); observed
@@ -152,7 +152,28 @@ export class KubeWorkloadDriver implements WorkloadDriver {
         { endpoint: keyOf(ep.metadata.namespace, ep.metadata.name), resource, field: drift },
         `${resource} differs from the desired one at ${drift}; re-applying`,
       );
+    if (resource === 'deployment' && live && scaleOnly(desired as V1Deployment, live as V1Deployment))
+      return this.scale(desired as V1Deployment);
     await this.ssa(desired, resource);
+  }
+
+  /**
+   * Only the replica count departs (a wake, a hibernation, a scale): a JSON merge patch of
+   * `spec.replicas` under our field manager rather than an apply of the whole Deployment. The API
+   * server then has one field to merge instead of a whole object to diff and track (server-side
+   * apply's structured merge), which is the wake's latency when it is loaded (docs/benchmarks/wake.md).
+   * It is a patch of the Deployment itself, not of its /scale subresource: the answer is the
+   * Deployment, with its new generation, for the own-writes cache. The next full apply (a new spec)
+   * takes the field back under the Apply operation, forced as always.
+   */
+  private async scale(desired: V1Deployment): Promise<void> {
+    const { namespace, name } = desired.metadata!;
+    const path = `${resourcePath('apps/v1', 'Deployment', namespace!, name!)}?fieldManager=${encodeURIComponent(FIELD_MANAGER)}`;
+    const body = { spec: { replicas: desired.spec!.replicas } };
+    await this.cache.ownDeployments.write(keyOf(namespace, name), () =>
+      this.requests.send<V1Deployment>('PATCH', path, body, MERGE_PATCH),
+    );
+    this.o.onWrite?.('deployment');
   }
 
   private async ssa(obj: KubernetesObject, resource: WrittenResource): Promise<void> {

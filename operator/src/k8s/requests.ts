@@ -39,6 +39,7 @@ export class KubeApiError extends Error {
 
 export const APPLY_PATCH = 'application/apply-patch+yaml';
 export const JSON_PATCH = 'application/json-patch+json';
+export const MERGE_PATCH = 'application/merge-patch+json';
 
 /** The REST path of the kinds the operator writes (no discovery round trip: these never move). */
 const RESOURCES: Record<string, string> = {
