@@ -84,8 +84,9 @@ describe('drift', () => {
       interval: 100,
     });
     const dep = await k.deployment(EP);
-    const replicasOwner = dep?.metadata?.managedFields?.find((f) =>
-      JSON.stringify(f.fieldsV1 ?? {}).includes('"f:replicas"'),
+    // The manager of spec.replicas (not status.replicas, which the controller manager owns).
+    const replicasOwner = dep?.metadata?.managedFields?.find(
+      (f) => (f.fieldsV1 as { 'f:spec'?: { 'f:replicas'?: object } } | undefined)?.['f:spec']?.['f:replicas'],
     );
     expect(replicasOwner?.manager).toBe('berth-operator');
     // Only the count departed: put back by a merge patch of that one field (an Update under our
