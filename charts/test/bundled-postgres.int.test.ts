@@ -103,12 +103,19 @@ describe('bundled PostgreSQL (database.bundled) on the local control plane', () 
     });
 
     // Its PVC: created by the StatefulSet controller, owned by the StatefulSet (so garbage-collected
-    // with it), Pending without a provisioner, as is the pod that needs it.
-    const pvc = await claimOf(release);
+    // with it), Pending without a provisioner, as is the pod that needs it. The controller creates the
+    // claim first and adds the owner reference (whenDeleted: Delete) in a later update.
+    const pvc = await eventually(
+      async () => {
+        const claim = await claimOf(release);
+        expect(claim.metadata.ownerReferences).toEqual([
+          expect.objectContaining({ kind: 'StatefulSet', name: db, uid: sts.metadata.uid }),
+        ]);
+        return claim;
+      },
+      { description: 'the PVC owned by the StatefulSet' },
+    );
     expect(pvc.status.phase).toBe('Pending');
-    expect(pvc.metadata.ownerReferences).toEqual([
-      expect.objectContaining({ kind: 'StatefulSet', name: db, uid: sts.metadata.uid }),
-    ]);
     const pod = await eventually(() =>
       get<{ status: { phase: string; conditions?: { type: string; reason?: string; message?: string }[] } }>(
         'pod',
