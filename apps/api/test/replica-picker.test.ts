@@ -1,11 +1,12 @@
-// The replica pickers of the routing strategies: how keys spread over the ring, that a conversation
-// sticks to its replica, that the load bound spills a hot prefix over and passes a slow replica by,
+// The replica pickers of the routing strategies: how keys spread over the ring, that a new key goes
+// to a least-loaded replica and a conversation sticks to its home, that the load bound spills a hot prefix over and passes a slow replica by,
 // that no call is refused, what moves when a replica goes away, and that a pick allocates nothing.
 // Plus the affinity key a request body gets.
 import { GCProfiler } from 'node:v8';
 import { describe, expect, it } from 'vitest';
 import { affinityKey } from '../src/dedicated/upstream/affinity.ts';
 import {
+  HOME_KEYS,
   hashString,
   LOAD_BOUND,
   LOAD_SLACK,
@@ -21,6 +22,12 @@ function replicaSet(n: number): { set: ReplicaSet; table: ReplicaTable; list: st
   const list = Array.from({ length: n }, (_, i) => `http://10.0.0.${i + 1}:8000`);
   const table = new ReplicaTable(() => list, '/v1');
   return { set: table.of('e'), table, list };
+}
+
+/** The replica (index) a key's ring point is on, as an idle set of 4 picks it. */
+function ringIndex(key: number): number {
+  const { set } = replicaSet(4);
+  return set.replicas.indexOf(prefixAffinity(set, undefined, key));
 }
 
 /** Deterministic keys, as a stream of distinct prompts would give. */
@@ -178,6 +185,85 @@ describe('prefixAffinity', () => {
       else expect(now).toBe(before[i]);
     });
     expect(moved).toBeGreaterThan(300); // about a quarter of the keys lived there
+  });
+
+  it('a new key goes to the least-loaded replica, its ring point’s only when that one is among the least loaded', () => {
+    // Distinct first questions under one shared system prompt: nothing of theirs is cached anywhere,
+    // so no call waits behind another while some replica is idle (the ring alone put 123 / 109 /
+    // 119 / 129 of 480 calls on four replicas, two at once on one while another sat idle).
+    const { set } = replicaSet(4);
+    for (const k of keys(2_000, 'first question')) {
+      const least = Math.min(...set.replicas.map((r) => r.inFlight));
+      const r = prefixAffinity(set, undefined, k);
+      expect(r.inFlight).toBe(least);
+      r.inFlight++;
+      if (set.replicas.every((x) => x.inFlight >= 3)) for (const x of set.replicas) x.inFlight = 0;
+    }
+  });
+
+  it('later calls with a key follow it to its home, not to its ring point', () => {
+    for (const k of keys(200)) {
+      const { set } = replicaSet(4);
+      const ring = ringIndex(k);
+      set.replicas[ring]!.inFlight = 1; // its ring replica is busy when the key is new
+      const home = prefixAffinity(set, undefined, k);
+      expect(set.replicas.indexOf(home)).not.toBe(ring);
+      // now every replica is idle: the key stays where its history is
+      set.replicas[ring]!.inFlight = 0;
+      for (let i = 0; i < 5; i++) expect(prefixAffinity(set, undefined, k)).toBe(home);
+    }
+  });
+
+  it('keeps the last HOME_KEYS keys or more; a key in use is carried forward, a forgotten key is new again', () => {
+    const { set } = replicaSet(4);
+    const kept = hashString('a long conversation');
+    const forgotten = hashString('an old one');
+    // both homed away from their ring points (busy when they arrive)
+    const homeOf = new Map<number, number>();
+    for (const k of [kept, forgotten]) {
+      for (const r of set.replicas) r.inFlight = 0;
+      set.replicas[ringIndex(k)]!.inFlight = 1;
+      homeOf.set(k, set.replicas.indexOf(prefixAffinity(set, undefined, k)));
+      expect(homeOf.get(k)).not.toBe(ringIndex(k));
+    }
+    for (const r of set.replicas) r.inFlight = 0;
+    // 3 × HOME_KEYS new keys arrive; `kept` is used every 1,000 of them
+    const many = keys(3 * HOME_KEYS, 'other');
+    many.forEach((k, i) => {
+      prefixAffinity(set, undefined, k);
+      if (i % 1_000 === 0)
+        expect(set.replicas.indexOf(prefixAffinity(set, undefined, kept))).toBe(homeOf.get(kept));
+    });
+    expect(set.homes!.current.size + set.homes!.previous.size).toBeLessThanOrEqual(2 * HOME_KEYS);
+    expect(set.replicas.indexOf(prefixAffinity(set, undefined, kept))).toBe(homeOf.get(kept));
+    // forgotten: new again, so (all idle) its ring point's
+    expect(set.replicas.indexOf(prefixAffinity(set, undefined, forgotten))).toBe(ringIndex(forgotten));
+  });
+
+  it('a key whose home went away is new again; the others keep theirs', () => {
+    let list: readonly string[] = ['http://a:8000', 'http://b:8000', 'http://c:8000'];
+    const table = new ReplicaTable(() => list, '/v1');
+    const ks = keys(300);
+    const homes = ks.map((k, i) => {
+      const set = table.of('e');
+      for (const r of set.replicas) r.inFlight = 0;
+      set.replicas[i % 3]!.inFlight = 5; // homes spread off their ring points
+      return prefixAffinity(set, undefined, k).address;
+    });
+    list = ['http://a:8000', 'http://b:8000'];
+    const after = table.of('e');
+    for (const r of after.replicas) r.inFlight = 0;
+    ks.forEach((k, i) => {
+      const now = prefixAffinity(after, undefined, k).address;
+      if (homes[i] === 'http://c:8000/v1') expect(now).not.toBe(homes[i]);
+      else expect(now).toBe(homes[i]);
+    });
+    // gone for good: the endpoint loses every replica, then gets them back as new objects
+    list = [];
+    expect(table.of('e').replicas).toEqual([]);
+    list = ['http://a:8000', 'http://b:8000'];
+    const back = table.of('e');
+    expect(back.replicas.every((r) => !r.gone)).toBe(true);
   });
 
   it('without a key it picks by least load', () => {

@@ -3,12 +3,15 @@
 // - leastLoad: the fewest requests in flight there (ties in turn): this API replica's own, plus what
 //   the engine last reported beyond them (./engine-load.ts: other API replicas' calls).
 // - prefixAffinity: calls whose prompts start alike go to the same replica, so its prefix cache holds
-//   their history (a multi-turn chat's earlier turns are not prefilled again). Consistent hashing with
-//   bounded loads (CHWBL, as KubeAI routes): the call's key lands on a ring of virtual nodes and walks
-//   on past any replica that would exceed its bound — LOAD_BOUND × the mean load, or LOAD_SLACK calls
-//   more than the least-loaded replica, whichever is higher — so a hot prefix, or a replica slower
-//   than the others (its calls pile up), spills over to the next replicas instead of queueing there;
-//   and a replica that goes away moves only its keys.
+//   their history (a multi-turn chat's earlier turns are not prefilled again). A key this API replica
+//   has seen lately goes where it went last (its home, below) while that replica stays within its
+//   bound — LOAD_BOUND × the mean load, or LOAD_SLACK calls more than the least-loaded replica,
+//   whichever is higher. A key not seen lately has nothing cached anywhere beyond what every replica
+//   shares (a common system prompt), so it goes to the least-loaded replica: the key's point on a
+//   ring of virtual nodes (consistent hashing, as KubeAI routes) when that replica is among the least
+//   loaded — so several API replicas, and this one after a restart, mostly agree — or else the least
+//   loaded one. A home past its bound (a hot prefix, or a replica slower than the others: its calls
+//   pile up) spills to the next replica on the ring within bound, which becomes the key's home.
 import type { RoutingStrategy } from '@berth/crds';
 
 /** One replica and the requests in flight on it. A picker's load is `inFlight + others`. */
@@ -26,6 +29,8 @@ export interface ReplicaLoad {
   others: number;
   /** When `others` was sampled (ms since the epoch; 0: never). */
   sampledAt: number;
+  /** Set when the replica left its endpoint's set: keys homed on it are homeless again. */
+  gone?: true;
 }
 
 /** One endpoint's Ready replicas, as a picker sees them. */
@@ -35,7 +40,23 @@ export interface ReplicaSet {
   turn: number;
   /** The hash ring of prefixAffinity, built on its first use for this set of replicas. */
   ring?: Ring;
+  /** prefixAffinity's keys and the replica each went to last (kept across replica-set changes). */
+  homes?: Homes;
 }
+
+/**
+ * Where keys went last, in two generations: a key is looked up in the current one, then in the
+ * previous one (and copied forward); when the current one holds HOME_KEYS keys it becomes the
+ * previous one and the oldest generation is dropped. A key used within the last HOME_KEYS new keys
+ * is always kept; a hit allocates nothing.
+ */
+export interface Homes {
+  current: Map<number, ReplicaLoad>;
+  previous: Map<number, ReplicaLoad>;
+}
+
+/** Keys per generation of an endpoint's homes (two generations: at most 2 × this, ~1.5 MB). */
+export const HOME_KEYS = 16_384;
 
 /** A call without an affinity key (nothing prompt-like in its body). */
 export const NO_KEY = -1;
@@ -44,7 +65,7 @@ export const NO_KEY = -1;
  * Chooses a replica from a non-empty set. `avoid` is the replica the call's previous attempt failed
  * on; a picker takes another one when there is one. `key` is the call's affinity key (a 30-bit
  * hash of its prompt's leading part, or NO_KEY). Pickers run on every attempt: O(replicas)
- * or O(log ring) and no allocation (the ring is built once per replica set).
+ * or O(log ring), and no allocation but a new key's home (the ring is built once per replica set).
  */
 export type ReplicaPicker = (set: ReplicaSet, avoid: ReplicaLoad | undefined, key: number) => ReplicaLoad;
 
@@ -128,6 +149,9 @@ export const prefixAffinity: ReplicaPicker = (set, avoid, key) => {
     if (load < least) least = load;
   }
   const bound = Math.max(Math.ceil((LOAD_BOUND * (total + 1)) / n), least + LOAD_SLACK + 1);
+  const homes = (set.homes ??= { current: new Map(), previous: new Map() });
+  const home = homeOf(homes, key);
+  if (home && home !== avoid && home.inFlight + home.others + 1 <= bound) return home;
   const ring = (set.ring ??= buildRing(replicas));
   const { points, owners } = ring;
   const size = points.length;
@@ -139,13 +163,43 @@ export const prefixAffinity: ReplicaPicker = (set, avoid, key) => {
     if (points[mid]! < key) lo = mid + 1;
     else hi = mid;
   }
+  // A new key's ring replica only while it is among the least loaded; a home past its bound (or
+  // failed) spills to the next one on the ring within bound (its own keys' neighbour, so the spills
+  // of one key land together).
+  const limit = home ? bound : least + 1;
+  let chosen: ReplicaLoad | undefined;
   for (let step = 0, at = lo % size; step < size; step++, at = at + 1 === size ? 0 : at + 1) {
     const r = replicas[owners[at]!]!;
-    if (r !== avoid && r.inFlight + r.others + 1 <= bound) return r;
+    if (r !== avoid && r !== home && r.inFlight + r.others + 1 <= limit) {
+      chosen = r;
+      break;
+    }
+    if (!home) break;
   }
-  // Unreachable while the bound is ≥ the mean (some replica is at or under it); kept for `avoid`.
-  return leastInFlight(set, avoid, key);
+  // Reached for a new key whose ring replica is busier than another, or when `avoid` is the only
+  // replica within bound.
+  chosen ??= leastInFlight(set, avoid, key);
+  setHome(homes, key, chosen);
+  return chosen;
 };
+
+function homeOf(homes: Homes, key: number): ReplicaLoad | undefined {
+  let r = homes.current.get(key);
+  if (r === undefined) {
+    r = homes.previous.get(key);
+    if (r === undefined) return undefined;
+    setHome(homes, key, r);
+  }
+  return r.gone ? undefined : r;
+}
+
+function setHome(homes: Homes, key: number, r: ReplicaLoad): void {
+  if (homes.current.size >= HOME_KEYS && !homes.current.has(key)) {
+    homes.previous = homes.current;
+    homes.current = new Map();
+  }
+  homes.current.set(key, r);
+}
 
 export const PICKERS: Record<RoutingStrategy, ReplicaPicker> = {
   roundRobin,
@@ -200,6 +254,7 @@ export class ReplicaTable {
     let entry = this.byEndpoint.get(id);
     if (entry?.source === source) return entry.set;
     if (!source.length) {
+      if (entry) for (const r of entry.byAddress.values()) r.gone = true;
       this.byEndpoint.delete(id);
       return EMPTY;
     }
@@ -212,7 +267,10 @@ export class ReplicaTable {
         previous?.get(address) ?? { address, origin: a, inFlight: 0, others: 0, sampledAt: 0 },
       );
     }
-    entry = { source, set: { replicas: [...byAddress.values()], turn: entry?.set.turn ?? 0 }, byAddress };
+    if (previous) for (const [address, r] of previous) if (!byAddress.has(address)) r.gone = true;
+    const set: ReplicaSet = { replicas: [...byAddress.values()], turn: entry?.set.turn ?? 0 };
+    if (entry?.set.homes) set.homes = entry.set.homes;
+    entry = { source, set, byAddress };
     this.byEndpoint.set(id, entry);
     return entry.set;
   }
