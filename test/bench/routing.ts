@@ -14,7 +14,9 @@
 // but a complete 200 stream), throughput, the engines' own prefix-cache hit ratio
 // (vllm:prefix_cache_hits / queries) and the requests each replica served. The offered load is given
 // as a share of the replicas' capacity: Σ slots / a call's service time with its prompt not cached
-// (the least any strategy can have, so a strategy's real load is at most that).
+// (the least any strategy can have, so a strategy's real load is at most that). Each strategy runs
+// ROUNDS times per workload, the order rotating by round, each run with its own questions; its
+// figures pool its runs.
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Agent, request } from 'undici';
@@ -42,6 +44,12 @@ const SLOTS = env('BENCH_ROUTING_MAX_NUM_SEQS', 4);
 const CACHE_BLOCKS = env('BENCH_ROUTING_CACHE_BLOCKS', 3000);
 const SLOW = 4;
 const STRATEGIES: RoutingStrategy[] = ['roundRobin', 'leastLoad', 'prefixAffinity'];
+/**
+ * Runs of each strategy per workload, the order rotating each round so each strategy goes first
+ * once (with 480 calls a run, a p99 is its 5th-worst call: one run's tail moved 32–60 ms from run
+ * to run, and the strategy run first after the warm-up had the worst in 3 of 4 runs).
+ */
+const ROUNDS = env('BENCH_ROUTING_ROUNDS', 3);
 
 /** An engine simulator's timing: TTFT = ttft + prefill per prompt token not in the prefix cache. */
 interface Timing {
@@ -148,6 +156,31 @@ interface Outcome {
   perReplica: number[];
 }
 
+/** One run of a strategy: its answered calls' TTFTs and the engines' counters over it. */
+interface Run {
+  ttfts: number[];
+  ok: number;
+  n: number;
+  seconds: number;
+  hits: number;
+  queries: number;
+  perReplica: number[];
+}
+
+/** A strategy's runs (all rounds) as one outcome: TTFTs pooled, counters summed. */
+function pooled(strategy: RoutingStrategy, runs: Run[]): Outcome {
+  const sum = (f: (r: Run) => number) => runs.reduce((a, r) => a + f(r), 0);
+  return {
+    strategy,
+    ttft: summarize(runs.flatMap((r) => r.ttfts)),
+    ok: sum((r) => r.ok),
+    n: sum((r) => r.n),
+    seconds: sum((r) => r.seconds),
+    hitRatio: sum((r) => r.hits) / sum((r) => r.queries),
+    perReplica: runs[0]!.perReplica.map((_, i) => sum((r) => r.perReplica[i]!)),
+  };
+}
+
 interface Workload {
   name: string;
   title: string;
@@ -156,8 +189,16 @@ interface Workload {
   calls: number;
   /** Calls a second the replicas serve with no prompt cached (Σ slots / service time). */
   capacity: number;
-  /** A fresh sender for one strategy's run (its own conversations). */
-  sender(ctx: { base: string; auth: Record<string, string>; agent: Agent }): (i: number) => Promise<Call>;
+  /**
+   * A fresh sender for one strategy's run: its own conversations and questions (`tag` names the
+   * run, so no run's keys were seen by an earlier one); the 220 KB documents are the same each run.
+   */
+  sender(ctx: {
+    base: string;
+    auth: Record<string, string>;
+    agent: Agent;
+    tag: string;
+  }): (i: number) => Promise<Call>;
 }
 
 const f = (x: number, d = 1) => x.toFixed(d);
@@ -192,9 +233,9 @@ function workloads(): Workload[] {
     ...w,
     calls: SHARED_CALLS,
     sender:
-      ({ base, auth, agent }) =>
+      ({ base, auth, agent, tag }) =>
       (i) =>
-        stream(base, auth, agent, [longSystem, { role: 'user', content: words(40, `q${i}`) }]),
+        stream(base, auth, agent, [longSystem, { role: 'user', content: words(40, `${tag}q${i}`) }]),
   });
   return [
     {
@@ -204,9 +245,9 @@ function workloads(): Workload[] {
       rate: RATE,
       calls: CONVERSATIONS * TURNS,
       capacity: cap(fast, turnTokens),
-      sender({ base, auth, agent }) {
+      sender({ base, auth, agent, tag }) {
         const conversations = Array.from({ length: CONVERSATIONS }, (_, c) => ({
-          messages: [system, { role: 'user', content: words(300, `c${c}t0`) }] as Message[],
+          messages: [system, { role: 'user', content: words(300, `${tag}c${c}t0`) }] as Message[],
           turn: 0,
           pending: Promise.resolve() as Promise<unknown>,
         }));
@@ -220,7 +261,7 @@ function workloads(): Workload[] {
             c.messages = [
               ...c.messages,
               { role: 'assistant', content: r.text },
-              { role: 'user', content: words(150, `c${order[i]}t${c.turn}`) },
+              { role: 'user', content: words(150, `${tag}c${order[i]}t${c.turn}`) },
             ];
             return r;
           });
@@ -251,10 +292,10 @@ function workloads(): Workload[] {
       calls: LARGE_CALLS,
       capacity: cap(fast, LARGE_WORDS + 40),
       sender:
-        ({ base, auth, agent }) =>
+        ({ base, auth, agent, tag }) =>
         (i) =>
           stream(base, auth, agent, [
-            { role: 'user', content: `${documents[asks[i]!]}\n\n${words(40, `q${i}`)}` },
+            { role: 'user', content: `${documents[asks[i]!]}\n\n${words(40, `${tag}q${i}`)}` },
           ]),
     },
   ];
@@ -295,14 +336,14 @@ export async function benchRouting(): Promise<string> {
         requests: a.requests - before[i]!.requests,
       }));
       return {
-        strategy,
-        ttft: summarize(calls.filter((c) => c.ok).map((c) => c.ttftMs)),
+        ttfts: calls.filter((c) => c.ok).map((c) => c.ttftMs),
         ok: calls.filter((c) => c.ok).length,
         n,
         seconds,
-        hitRatio: d.reduce((a, x) => a + x.hits, 0) / d.reduce((a, x) => a + x.queries, 0),
+        hits: d.reduce((a, x) => a + x.hits, 0),
+        queries: d.reduce((a, x) => a + x.queries, 0),
         perReplica: d.map((x) => x.requests),
-      } satisfies Outcome;
+      } satisfies Run;
     };
 
     const listed = workloads().filter((w) => !only || only.includes(w.name));
@@ -314,8 +355,14 @@ export async function benchRouting(): Promise<string> {
       await run('leastLoad', 40, 40, (i) =>
         stream(base, auth, agent, [{ role: 'user', content: words(20, `warm${i}`) }]),
       );
-      const rows: Outcome[] = [];
-      for (const strategy of STRATEGIES) rows.push(await run(strategy, w.rate, w.calls, w.sender(ctx)));
+      const runs = new Map<RoutingStrategy, Run[]>(STRATEGIES.map((st) => [st, []]));
+      for (let round = 0; round < ROUNDS; round++)
+        for (let k = 0; k < STRATEGIES.length; k++) {
+          const strategy = STRATEGIES[(k + round) % STRATEGIES.length]!;
+          const tag = `r${round}${strategy}`;
+          runs.get(strategy)!.push(await run(strategy, w.rate, w.calls, w.sender({ ...ctx, tag })));
+        }
+      const rows = STRATEGIES.map((st) => pooled(st, runs.get(st)!));
       results.set(w.name, rows);
       out.push(...rowsOf(w, rows));
       console.error(rowsOf(w, rows).join('\n')); // progress: a long run's rows as they come
@@ -347,7 +394,7 @@ export async function benchRouting(): Promise<string> {
     return [
       `### Result (${new Date().toISOString().slice(0, 10)}, ${machine()}, load average at start ${load.map((x) => x.toFixed(2)).join(' / ')})`,
       '',
-      `${REPLICAS} simulators (each: TTFT ${FAST.ttftMs} ms + ${FAST.prefillMsPerToken} ms per uncached prompt token, ITL ${FAST.itlMs} ms, ${OUTPUT_TOKENS} tokens, at most ${SLOTS} sequences at once, prefix cache ${CACHE_BLOCKS} blocks of 16 tokens), streaming chat through \`/api/d/{id}\`. Default strategy: \`${def}\`. Load: the arrival rate as a share of the replicas' capacity with no prompt cached. Shed: calls not answered with a complete 200 stream. Workloads:`,
+      `${REPLICAS} simulators (each: TTFT ${FAST.ttftMs} ms + ${FAST.prefillMsPerToken} ms per uncached prompt token, ITL ${FAST.itlMs} ms, ${OUTPUT_TOKENS} tokens, at most ${SLOTS} sequences at once, prefix cache ${CACHE_BLOCKS} blocks of 16 tokens), streaming chat through \`/api/d/{id}\`. Default strategy: \`${def}\`. Each strategy ran ${ROUNDS} time${ROUNDS === 1 ? '' : 's'} per workload, in rounds whose order rotates (each goes first once); figures pool its runs (TTFTs, counters, calls). Load: the arrival rate as a share of the replicas' capacity with no prompt cached. Shed: calls not answered with a complete 200 stream. Workloads:`,
       '',
       ...listed.map(
         (w) =>
