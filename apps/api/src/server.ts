@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { openMigratedDatabase, type Database } from '@berth/db';
 import { createApp } from './app.ts';
-import { requestListener } from './http/fast-entry.ts';
+import { expressClasses, requestListener } from './http/fast-entry.ts';
 import { Closers } from './platform/closers.ts';
 import { ConfigError, type Config } from './platform/config.ts';
 import { lockDataDir } from './platform/data-dir-lock.ts';
@@ -64,7 +64,9 @@ export async function startApi(
   const closers = new Closers();
   // The port first: a busy one must stop the process before anything is written to the data dir.
   const bound = bindHost(config, inCluster);
-  const server = await bind(config.PORT, bound, config.BODY_TIMEOUT_MS);
+  // Requests and responses are made as the app's (fast-entry.ts, expressClasses) once it is attached.
+  const classes = expressClasses();
+  const server = await bind(config.PORT, bound, config.BODY_TIMEOUT_MS, classes);
   closers.push(() => closeServer(server));
   try {
     // Before everything that makes spans, closed after them: the last spans are exported on the way out.
@@ -91,6 +93,7 @@ export async function startApi(
     // (or a 503), which the SDKs raise as an APIError, instead of a cut connection.
     const shutdown = new AbortController();
     app.locals.shutdown = shutdown.signal;
+    classes.attach(app);
     server.off('request', starting);
     server.on('request', requestListener(app));
     // Receiving a request (headers and body) is time-limited: a client dripping a body cannot hold a
@@ -221,10 +224,16 @@ function starting(_req: IncomingMessage, res: ServerResponse): void {
 }
 
 /** Listens, or explains in one line why it cannot (a ConfigError: the process exits 78). */
-async function bind(port: number, host: string, bodyTimeoutMs: number): Promise<Server> {
+async function bind(
+  port: number,
+  host: string,
+  bodyTimeoutMs: number,
+  classes: Pick<ReturnType<typeof expressClasses>, 'IncomingMessage' | 'ServerResponse'>,
+): Promise<Server> {
   // How often Node checks the request timeouts: a tenth of the limit, at most every second.
   const connectionsCheckingInterval = Math.max(100, Math.min(1_000, Math.floor(bodyTimeoutMs / 10)));
-  const server = createServer({ connectionsCheckingInterval }, starting);
+  const { IncomingMessage, ServerResponse } = classes;
+  const server = createServer({ connectionsCheckingInterval, IncomingMessage, ServerResponse }, starting);
   await new Promise<void>((resolve, reject) => {
     server.once('listening', resolve);
     server.once('error', reject);

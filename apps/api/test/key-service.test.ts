@@ -136,6 +136,21 @@ describe('key verification', () => {
     await keys.close();
   });
 
+  it('verifyNow answers at once what needs no lookup, and nothing else', async () => {
+    const { mem, keys } = setup();
+    const k = await keys.createKey({ accountId: 'a', name: 'k', scope: 'inference' });
+    expect(keys.verifyNow('svc_live_nope')).toEqual({ ok: false, code: 'invalid_api_key' });
+    expect(keys.verifyNow(k.value)).toBeUndefined(); // not cached yet: verify() reads it
+    expect(mem.lookups()).toBe(0);
+    await keys.verify(k.value);
+    expect(keys.verifyNow(k.value)).toMatchObject({ ok: true, principal: { keyId: k.id, accountId: 'a' } });
+    expect(mem.lookups()).toBe(1);
+    await keys.revoke('a', k.id);
+    expect(keys.verifyNow(k.value)).toBeUndefined(); // evicted: only a lookup can say (revoked)
+    expect(await keys.verify(k.value)).toEqual({ ok: false, code: 'api_key_revoked' });
+    await keys.close();
+  });
+
   it('a malformed key costs no lookup', async () => {
     const { mem, keys } = setup();
     expect(await keys.verify('svc_live_nope')).toEqual({ ok: false, code: 'invalid_api_key' });

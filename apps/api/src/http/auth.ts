@@ -3,7 +3,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import { ApiError } from '../platform/errors.ts';
 import { childSpan, tracing, type TraceSpan } from '../platform/tracing.ts';
 import { simpleError } from './openapi.ts';
-import type { KeyVerifier, Principal, Scope, TrackedCall } from './principal.ts';
+import type { KeyVerifier, Principal, Scope, TrackedCall, VerifyResult } from './principal.ts';
 import { changesState, csrfValid, sessionAccount } from './session.ts';
 
 /** The Bearer token, or null when the header is absent or not a Bearer credential. */
@@ -63,38 +63,26 @@ export function requireKey(
 ): RequestHandler {
   const authenticate = keyAuthenticator(keys, scopes, options);
   return async (req, res, next) => {
-    await authenticate(req, res);
+    const pending = authenticate(req, res);
+    if (pending) await pending;
     next();
   };
 }
 
 /**
  * requireKey() without the middleware around it: admits the request (the caller in
- * `res.locals.caller`, see callerOf) or throws its ApiError. The dedicated proxy's fast path
- * (inference/fast-path.ts) calls it directly.
+ * `res.locals.caller`, see callerOf) or throws its ApiError — at once, without a promise, when the
+ * key is cached (KeyVerifier.verifyNow); otherwise the promise of it. The front door's fast paths
+ * (inference/fast-path.ts, Routes' fast routes) call it directly.
  */
 export function keyAuthenticator(
   keys: KeyVerifier,
   scopes: readonly Scope[],
   options: { public?: PublicAccess; session?: SessionMode } = {},
-): (req: Request, res: Response) => Promise<void> {
+): (req: Request, res: Response) => Promise<void> | undefined {
   const needed = scopes.map((s) => `"${s}"`).join(' or ');
-  const admit = async (req: Request, res: Response): Promise<void> => {
-    const open = options.public?.(req, res);
-    if (open) {
-      res.locals.caller = { accountId: (await open).accountId } satisfies Caller;
-      return;
-    }
-    const token = bearerToken(req);
-    if (!token) {
-      const accountId = options.session ? sessionAccount(req) : undefined;
-      if (!accountId || !options.session) throw new ApiError('missing_authorization');
-      if (changesState(req) && !csrfValid(req)) throw new ApiError('csrf_failed');
-      res.locals.caller = await sessionCaller(keys, accountId, options.session, res);
-      res.locals.principal = (res.locals.caller as KeyCaller).principal;
-      return;
-    }
-    const result = await keys.verify(token);
+  /** A key's verification, settled: the caller admitted, or the refusal thrown. */
+  const admitKey = (result: VerifyResult, res: Response): void => {
     if (!result.ok) throw new ApiError(result.code);
     const { principal } = result;
     if (!scopes.includes(principal.scope)) {
@@ -105,12 +93,34 @@ export function keyAuthenticator(
     res.locals.principal = principal; // the access log names the account
     res.locals.caller = trackedCaller(keys, principal, res);
   };
+  const admit = (req: Request, res: Response): Promise<void> | undefined => {
+    const open = options.public?.(req, res);
+    if (open)
+      return open.then(({ accountId }) => {
+        res.locals.caller = { accountId } satisfies Caller;
+      });
+    const token = bearerToken(req);
+    if (!token) return admitSession(req, res);
+    const now = keys.verifyNow?.(token);
+    if (now) {
+      admitKey(now, res);
+      return undefined;
+    }
+    return keys.verify(token).then((result) => admitKey(result, res));
+  };
+  const admitSession = async (req: Request, res: Response): Promise<void> => {
+    const accountId = options.session ? sessionAccount(req) : undefined;
+    if (!accountId || !options.session) throw new ApiError('missing_authorization');
+    if (changesState(req) && !csrfValid(req)) throw new ApiError('csrf_failed');
+    res.locals.caller = await sessionCaller(keys, accountId, options.session, res);
+    res.locals.principal = (res.locals.caller as KeyCaller).principal;
+  };
   return (req, res) => (tracing.enabled ? tracedAdmit(admit, req, res) : admit(req, res));
 }
 
 /** The key check as a span of the request's trace (its outcome; never the key). */
 async function tracedAdmit(
-  admit: (req: Request, res: Response) => Promise<void>,
+  admit: (req: Request, res: Response) => Promise<void> | undefined,
   req: Request,
   res: Response,
 ): Promise<void> {

@@ -1,7 +1,7 @@
 // The hot paths ahead of Express itself: the API's request listener hands the requests they take —
 // the dedicated proxy's (inference/fast-path.ts) and the front door's fast routes (RouteSpec.fast in
 // ./routes.ts) — to them, with what Express would have set up, and everything else to Express.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { IncomingMessage, ServerResponse } from 'node:http';
 import type express from 'express';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import type { FastRun } from './routes.ts';
@@ -76,8 +76,10 @@ export function attachFastEntry<R>(
     const res = outgoing as express.Response;
     req.res = res;
     res.req = req;
-    Object.setPrototypeOf(req, app.request);
-    Object.setPrototypeOf(res, app.response);
+    // Made by expressClasses()' classes, they are the app's already; otherwise they become it here,
+    // as Express's own dispatch does.
+    if (req.app !== app) Object.setPrototypeOf(req, app.request);
+    if (res.app !== app) Object.setPrototypeOf(res, app.response);
     res.locals ??= Object.create(null) as Record<string, unknown>;
     req.originalUrl = req.url;
     req.baseUrl = '';
@@ -98,6 +100,32 @@ function fail(errors: ErrorRequestHandler, err: unknown, req: express.Request, r
   } catch {
     res.destroy(); // as Express's final handler would end a response its error handler could not
   }
+}
+
+/**
+ * The request and response classes of an HTTP server whose requests go to an Express app that is made
+ * later (the API binds its port first): `createServer({ IncomingMessage, ServerResponse })`, then
+ * `attach(app)` once. Each request and response is then made an instance of the app's request and
+ * response objects (their prototypes are set once, here), so the fast entry (attachFastEntry) has
+ * nothing to do: Express's dispatch and the fast entry otherwise set the prototype of every request
+ * and response they take (Object.setPrototypeOf on a live object, ~7 µs of a proxied call's CPU).
+ */
+export function expressClasses(): {
+  IncomingMessage: typeof IncomingMessage;
+  ServerResponse: typeof ServerResponse;
+  attach(app: express.Express): void;
+} {
+  class AppRequest extends IncomingMessage {}
+  class AppResponse extends ServerResponse {}
+  return {
+    IncomingMessage: AppRequest,
+    ServerResponse: AppResponse as typeof ServerResponse,
+    attach(app) {
+      // app.request and app.response inherit from IncomingMessage's and ServerResponse's prototypes.
+      Object.setPrototypeOf(AppRequest.prototype, app.request);
+      Object.setPrototypeOf(AppResponse.prototype, app.response);
+    },
+  };
 }
 
 /**

@@ -42,6 +42,11 @@ export interface TrackedCall {
 export interface KeyVerifier {
   verify(value: string): Promise<VerifyResult>;
   /**
+   * verify() when it needs no database read (a cached key, or a malformed one), at once and without
+   * a promise; undefined otherwise (then call verify()).
+   */
+  verifyNow?(value: string): VerifyResult | undefined;
+  /**
    * Ties a request to its key: revoking the key aborts it (reason: 401 `Invalid API key`). Call
    * `release` when the request ends.
    */

@@ -35,10 +35,12 @@ export function invalidBody(message: string, param: string): ApiError {
   return new ApiError('validation_error', { message: `Invalid request body: ${param}: ${message}`, param });
 }
 
+const JSON_OBJECT_REQUIRED = 'The request body must be a JSON object';
+
 /** An OpenAI-style body: any JSON object, passed through to the engine as it is. */
 export const jsonObjectBody = z
   .custom<Record<string, unknown>>((v) => typeof v === 'object' && v !== null && !Array.isArray(v), {
-    error: 'The request body must be a JSON object',
+    error: JSON_OBJECT_REQUIRED,
   })
   .meta({ type: 'object', description: 'An OpenAI-compatible request body, passed through to the engine' });
 
@@ -55,45 +57,51 @@ const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff
  * strings (keys included) a database can store. 400 `validation_error` naming the place otherwise.
  */
 export function checkJson(value: unknown, what: string, options: { text: boolean }): void {
-  // The keys down to the value being checked; its place's name is built only for an error.
-  const keys: string[] = [];
-  const place = () => {
-    let at = '';
-    for (const k of keys) at = at ? `${at}.${k}` : k;
-    return at;
-  };
-  const walk = (v: unknown, depth: number): void => {
-    if (typeof v === 'string') {
-      if (options.text && UNSTORABLE.test(v)) {
-        const at = place();
-        throw new ApiError('validation_error', {
-          message: `Invalid ${what}: ${at || 'value'}: must not contain NUL characters or unpaired surrogates`,
-          param: at || null,
-        });
-      }
-      return;
-    }
-    if (typeof v !== 'object' || v === null) return;
-    if (depth >= MAX_JSON_DEPTH) {
-      const at = place();
+  walkJson(value, 0, [], what, options.text);
+}
+
+// checkJson's walk: one function for the whole process, not closures made per request. `keys` are
+// the keys down to the value being checked; its place's name is built only for an error.
+function walkJson(v: unknown, depth: number, keys: string[], what: string, text: boolean): void {
+  if (typeof v === 'string') {
+    if (text && UNSTORABLE.test(v)) {
+      const at = keys.join('.');
       throw new ApiError('validation_error', {
-        message: `Invalid ${what}: nested more than ${MAX_JSON_DEPTH} levels deep`,
+        message: `Invalid ${what}: ${at || 'value'}: must not contain NUL characters or unpaired surrogates`,
         param: at || null,
       });
     }
-    const o = v as Record<string, unknown>;
-    for (const k of Object.keys(o)) {
-      if (options.text && UNSTORABLE.test(k))
-        throw new ApiError('validation_error', {
-          message: `Invalid ${what}: a field name must not contain NUL characters or unpaired surrogates`,
-          param: null,
-        });
-      keys.push(k);
-      walk(o[k], depth + 1);
-      keys.pop();
-    }
-  };
-  walk(value, 0);
+    return;
+  }
+  if (typeof v !== 'object' || v === null) return;
+  if (depth >= MAX_JSON_DEPTH) {
+    const at = keys.join('.');
+    throw new ApiError('validation_error', {
+      message: `Invalid ${what}: nested more than ${MAX_JSON_DEPTH} levels deep`,
+      param: at || null,
+    });
+  }
+  const o = v as Record<string, unknown>;
+  for (const k of Object.keys(o)) {
+    if (text && UNSTORABLE.test(k))
+      throw new ApiError('validation_error', {
+        message: `Invalid ${what}: a field name must not contain NUL characters or unpaired surrogates`,
+        param: null,
+      });
+    keys.push(k);
+    walkJson(o[k], depth + 1, keys, what, text);
+    keys.pop();
+  }
+}
+
+/**
+ * parse(jsonObjectBody, value) without zod (the same 400 for anything but a JSON object), for the
+ * proxy's hot paths.
+ */
+export function jsonObject(value: unknown): Record<string, unknown> {
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new ApiError('validation_error', { message: JSON_OBJECT_REQUIRED, param: null });
+  return value as Record<string, unknown>;
 }
 
 /** A human-readable name: no control characters (a newline would forge lines in logs). */

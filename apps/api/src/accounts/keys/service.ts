@@ -6,7 +6,7 @@
 import { ApiError } from '../../platform/errors.ts';
 import { quotaExceeded } from '../quotas.ts';
 import type { Identity, KeyRecord, KeyRepository, KeySettings, KeySpend, NewKey } from './repository.ts';
-import type { KeyVerifier, Revocable, Scope, TrackedCall } from '../../http/principal.ts';
+import type { KeyVerifier, Revocable, Scope, TrackedCall, VerifyResult } from '../../http/principal.ts';
 import type { RevocationBus } from './revocation-bus.ts';
 import { displayPrefix, generateKeyValue, type KeyHasher } from './format.ts';
 import { newId } from '../../platform/ids.ts';
@@ -71,6 +71,7 @@ export interface KeyServiceMetrics extends KeyVerifierMetrics {
 
 /** The auth path's KeyVerifier, and the keys and accounts routes' operations. */
 export interface KeyService extends KeyVerifier {
+  verifyNow(value: string): VerifyResult | undefined;
   createAccount(
     name: string,
   ): Promise<{ account: { id: string; name: string; createdAt: Date }; key: CreatedKey }>;
@@ -234,6 +235,7 @@ export function keyService(deps: {
 
   return {
     verify: (value) => verifier.verify(value),
+    verifyNow: (value) => verifier.verifyNow(value),
 
     async createAccount(name) {
       const accountId = newId('acct');

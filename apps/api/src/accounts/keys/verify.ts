@@ -11,6 +11,7 @@ import type { RevocationBus } from './revocation-bus.ts';
 import { isWellFormedKey, sameDigest, type KeyHasher } from './format.ts';
 
 const MAX_CACHED = 100_000;
+const INVALID: VerifyResult = Object.freeze({ ok: false, code: 'invalid_api_key' });
 /** A lookup evicted while it read is read again, at most this many times (then 503: retry). */
 const MAX_REREADS = 8;
 
@@ -28,6 +29,8 @@ export interface KeyVerifierMetrics {
 
 export interface CachingVerifier {
   verify(value: string): Promise<VerifyResult>;
+  /** verify()'s answer when it needs no database read, at once; undefined when it does. */
+  verifyNow(value: string): VerifyResult | undefined;
   /** Forget a key everywhere in this replica's caches (a revocation, a change). */
   evict(keyId: string, keyHash?: string): void;
 }
@@ -134,8 +137,18 @@ export function cachingVerifier(deps: {
       for (const set of marked) for (const w of set ?? []) w.evicted = true;
     },
 
+    verifyNow(value) {
+      if (!isWellFormedKey(value)) return INVALID;
+      if (!bus.healthy) return undefined;
+      const digest = hash(value);
+      const cached = cache.get(digest);
+      if (!cached) return undefined;
+      deps.metrics?.cacheLookup('hit');
+      return answer(cache, digest, cached);
+    },
+
     async verify(value) {
-      if (!isWellFormedKey(value)) return { ok: false, code: 'invalid_api_key' };
+      if (!isWellFormedKey(value)) return INVALID;
       const digest = hash(value);
       const useCache = bus.healthy;
       const cached = useCache ? cache.get(digest) : undefined;

@@ -30,10 +30,16 @@ export function usageRecorder(
   options: UsageRecorderOptions = {},
 ): UsageRecorder {
   let pending = new Map<string, UsageRow>();
+  // The current minute's rows of `pending` by account and endpoint: a call finds its row with two
+  // lookups of strings it already holds (their hashes cached), without building the batch key.
+  // Dropped when the minute or the batch changes.
+  let rows = new Map<string, Map<string, UsageRow>>();
+  let rowsMinute = 0;
   const flush = async () => {
     if (!pending.size) return;
     const batch = pending;
     pending = new Map();
+    rows = new Map();
     try {
       await repo.add([...batch.values()]);
     } catch (err) {
@@ -54,22 +60,32 @@ export function usageRecorder(
   return {
     record(u) {
       const minute = Math.floor(Date.now() / 60_000) * 60_000;
-      const key = `${u.accountId}\u0000${u.endpointId}\u0000${minute}`;
-      const row = pending.get(key);
-      if (row) {
-        row.requests++;
-        row.promptTokens += u.promptTokens;
-        row.completionTokens += u.completionTokens;
-      } else {
-        pending.set(key, {
-          accountId: u.accountId,
-          endpointId: u.endpointId,
-          periodStart: new Date(minute),
-          requests: 1,
-          promptTokens: u.promptTokens,
-          completionTokens: u.completionTokens,
-        });
+      if (minute !== rowsMinute) {
+        rows = new Map();
+        rowsMinute = minute;
       }
+      let byEndpoint = rows.get(u.accountId);
+      let row = byEndpoint?.get(u.endpointId);
+      if (!row) {
+        const key = `${u.accountId}\u0000${u.endpointId}\u0000${minute}`;
+        row = pending.get(key);
+        if (!row) {
+          row = {
+            accountId: u.accountId,
+            endpointId: u.endpointId,
+            periodStart: new Date(minute),
+            requests: 0,
+            promptTokens: 0,
+            completionTokens: 0,
+          };
+          pending.set(key, row);
+        }
+        if (!byEndpoint) rows.set(u.accountId, (byEndpoint = new Map()));
+        byEndpoint.set(u.endpointId, row);
+      }
+      row.requests++;
+      row.promptTokens += u.promptTokens;
+      row.completionTokens += u.completionTokens;
     },
     flush,
     async close() {
