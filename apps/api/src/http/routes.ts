@@ -20,7 +20,7 @@ import {
   type PublicAccess,
   type SessionMode,
 } from './auth.ts';
-import { checkJson, jsonObject, jsonObjectBody, parse } from './validate.ts';
+import { checkJson, parse } from './validate.ts';
 import { ApiError, familyOf } from '../platform/errors.ts';
 import { openRequestTrace } from '../platform/tracing.ts';
 
@@ -179,12 +179,9 @@ export class Routes {
         body() {
           if (!parsed) checkJson(req.body, 'request body', { text: familyOf(req.originalUrl) === 'simple' });
           parsed ??= {
-            value:
-              (schema as z.ZodType | undefined) === jsonObjectBody
-                ? jsonObject(req.body) // the same 400, without zod (the front door's every call)
-                : schema
-                  ? parse(schema, req.body, 'request body', { every: everyBodyIssue ?? false })
-                  : undefined,
+            value: schema
+              ? parse(schema, req.body, 'request body', { every: everyBodyIssue ?? false })
+              : undefined,
           };
           return parsed.value as ReturnType<RouteContext<P, B, A>['body']>;
         },

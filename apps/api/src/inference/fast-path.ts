@@ -6,7 +6,7 @@ import { callerOf, keyAuthenticator } from '../http/auth.ts';
 import { jsonBodyReader } from '../http/middleware.ts';
 import type { KeyVerifier } from '../http/principal.ts';
 import { sessionWithoutKey } from '../http/session.ts';
-import { checkJson, jsonObject } from '../http/validate.ts';
+import { checkJson, jsonObjectBody, parse } from '../http/validate.ts';
 import type { DedicatedDeps } from '../dedicated/call.ts';
 import { publicAccess } from '../dedicated/public-access.ts';
 import { AUTH_SCOPES, ROUTES, serve } from './dedicated-routes.ts';
@@ -85,7 +85,7 @@ export function dedicatedFastPath(deps: DedicatedDeps, keys: KeyVerifier, maxBod
     // The registered route's body(): checked, then (POST) the schema's 400 (serve() asks once).
     await serve(deps, req, res, callerOf(res), method, route.upstreamPath, () => {
       checkJson(req.body, 'request body', { text: familyOf(req.originalUrl) === 'simple' });
-      return method === 'post' ? jsonObject(req.body) : undefined;
+      return method === 'post' ? parse(jsonObjectBody, req.body) : undefined;
     });
   }
 

@@ -126,6 +126,17 @@ export function cachingVerifier(deps: {
     }
   };
 
+  /** The answer when it needs no database read: a malformed key, or a cached one. */
+  const verifyNow = (value: string): VerifyResult | undefined => {
+    if (!isWellFormedKey(value)) return INVALID;
+    if (!bus.healthy) return undefined;
+    const digest = hash(value);
+    const cached = cache.get(digest);
+    if (!cached) return undefined;
+    deps.metrics?.cacheLookup('hit');
+    return answer(cache, digest, cached);
+  };
+
   return {
     evict(keyId, keyHash) {
       epoch++;
@@ -137,25 +148,13 @@ export function cachingVerifier(deps: {
       for (const set of marked) for (const w of set ?? []) w.evicted = true;
     },
 
-    verifyNow(value) {
-      if (!isWellFormedKey(value)) return INVALID;
-      if (!bus.healthy) return undefined;
-      const digest = hash(value);
-      const cached = cache.get(digest);
-      if (!cached) return undefined;
-      deps.metrics?.cacheLookup('hit');
-      return answer(cache, digest, cached);
-    },
+    verifyNow,
 
     async verify(value) {
-      if (!isWellFormedKey(value)) return INVALID;
+      const now = verifyNow(value);
+      if (now) return now;
       const digest = hash(value);
       const useCache = bus.healthy;
-      const cached = useCache ? cache.get(digest) : undefined;
-      if (cached) {
-        deps.metrics?.cacheLookup('hit');
-        return answer(cache, digest, cached);
-      }
       const fallback = useCache ? undefined : staleKey(digest);
       if (fallback && Date.now() < skipDatabaseUntil) {
         deps.metrics?.cacheLookup('stale');
