@@ -55,13 +55,17 @@ export async function stop(child: ChildProcess): Promise<void> {
 }
 
 export class Proxy {
+  readonly name: string;
+  readonly mode: 'berth' | 'bare';
+  readonly child: ChildProcess;
+  readonly url: string;
   private waiting: ((m: Reply) => void)[] = [];
-  private constructor(
-    readonly name: string,
-    readonly mode: 'berth' | 'bare',
-    readonly child: ChildProcess,
-    readonly url: string,
-  ) {}
+  private constructor(name: string, mode: 'berth' | 'bare', child: ChildProcess, url: string) {
+    this.name = name;
+    this.mode = mode;
+    this.child = child;
+    this.url = url;
+  }
 
   static async start(
     mode: 'berth' | 'bare',
@@ -288,10 +292,13 @@ const baselineVariant = { name: 'baseline', env: {}, tree: BASELINE };
 
 /** What the parts share: the database, the account, and every process to stop at the end. */
 class Context {
+  readonly db: { url: string };
   acct?: { account: string; auth: Record<string, string> };
   readonly children: ChildProcess[] = [];
   readonly proxies: Proxy[] = [];
-  constructor(readonly db: { url: string }) {}
+  constructor(db: { url: string }) {
+    this.db = db;
+  }
 
   async sim(args: string[]): Promise<Sim> {
     const sim = await startSim([...args, '--served-model-name', BENCH_MODEL, '--max-num-seqs', '4096']);

@@ -69,13 +69,16 @@ export function start(config: OperatorConfig): Promise<OperatorHandle> {
 }
 
 export class Cluster {
+  readonly namespace: string;
   readonly kc: KubeConfig = loadKubeConfig();
   readonly custom = this.kc.makeApiClient(CustomObjectsApi);
   readonly apps = this.kc.makeApiClient(AppsV1Api);
   readonly core = this.kc.makeApiClient(CoreV1Api);
   readonly events = this.kc.makeApiClient(EventsV1Api);
 
-  constructor(readonly namespace: string) {}
+  constructor(namespace: string) {
+    this.namespace = namespace;
+  }
 
   async create(
     name: string,

@@ -34,12 +34,12 @@ export type Tool = Answer<'/api/tools', 'get'>['data'][number];
 
 /** An error answer of the API, with its message as the user should read it. */
 export class ApiFailure extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly code?: string,
-  ) {
+  readonly status: number;
+  readonly code?: string;
+  constructor(status: number, message: string, code?: string) {
     super(message);
+    this.status = status;
+    this.code = code;
   }
 }
 

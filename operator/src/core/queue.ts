@@ -18,6 +18,8 @@ export interface WorkQueueOptions {
 }
 
 export class WorkQueue {
+  private readonly handler: (key: string) => Promise<HandlerResult>;
+  private readonly opts: WorkQueueOptions;
   private readonly pending: string[] = [];
   private readonly queued = new Set<string>();
   private readonly active = new Set<string>();
@@ -30,10 +32,9 @@ export class WorkQueue {
   private readonly baseDelayMs: number;
   private readonly maxDelayMs: number;
 
-  constructor(
-    private readonly handler: (key: string) => Promise<HandlerResult>,
-    private readonly opts: WorkQueueOptions = {},
-  ) {
+  constructor(handler: (key: string) => Promise<HandlerResult>, opts: WorkQueueOptions = {}) {
+    this.handler = handler;
+    this.opts = opts;
     this.concurrency = opts.concurrency ?? 4;
     this.baseDelayMs = opts.baseDelayMs ?? 500;
     this.maxDelayMs = opts.maxDelayMs ?? 5 * 60_000;

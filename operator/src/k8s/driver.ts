@@ -36,27 +36,30 @@ import { KubeApiError, KubeRequests, MERGE_PATCH, resourcePath } from './request
 export type WrittenResource =
   'deployment' | 'service' | 'persistentvolumeclaim' | 'inferencepool' | 'status' | 'finalizer' | 'event';
 
+/** A KubeWorkloadDriver's options. */
+interface KubeWorkloadDriverOptions {
+  build: BuildConfig;
+  crashLoopRestarts: number;
+  log?: Logger;
+  /** The object-storage reachability check's client (tests pass their own). */
+  fetch?: typeof fetch;
+  /** Every write to the API server (a metric: a quiet resync writes nothing). */
+  onWrite?: (resource: WrittenResource) => void;
+  /** InferencePools: the default for endpoints that do not say, and the default picker. */
+  pools?: PoolDefaults;
+}
+
 export class KubeWorkloadDriver implements WorkloadDriver {
+  private readonly cache: KubeCache;
+  private readonly o: KubeWorkloadDriverOptions;
   private readonly requests: KubeRequests;
   private readonly core: CoreV1Api;
   /** Endpoint key → `uid/size` of the model-cache claim applied for it. */
   private readonly claimsApplied = new Map<string, string>();
 
-  constructor(
-    private readonly cache: KubeCache,
-    kc: KubeConfig,
-    private readonly o: {
-      build: BuildConfig;
-      crashLoopRestarts: number;
-      log?: Logger;
-      /** The object-storage reachability check's client (tests pass their own). */
-      fetch?: typeof fetch;
-      /** Every write to the API server (a metric: a quiet resync writes nothing). */
-      onWrite?: (resource: WrittenResource) => void;
-      /** InferencePools: the default for endpoints that do not say, and the default picker. */
-      pools?: PoolDefaults;
-    },
-  ) {
+  constructor(cache: KubeCache, kc: KubeConfig, o: KubeWorkloadDriverOptions) {
+    this.cache = cache;
+    this.o = o;
     this.requests = new KubeRequests(kc);
     this.core = kc.makeApiClient(CoreV1Api);
   }

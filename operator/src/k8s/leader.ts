@@ -23,6 +23,7 @@ export interface LeaderOptions {
 }
 
 export class LeaderElector {
+  private readonly o: LeaderOptions;
   private leading = false;
   private stopped = false;
   private timer: NodeJS.Timeout | undefined;
@@ -30,7 +31,9 @@ export class LeaderElector {
   private lastRenew = 0;
   private loop: Promise<void> = Promise.resolve();
 
-  constructor(private readonly o: LeaderOptions) {}
+  constructor(o: LeaderOptions) {
+    this.o = o;
+  }
 
   get isLeader(): boolean {
     return this.leading;

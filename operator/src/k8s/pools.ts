@@ -43,12 +43,14 @@ export async function inferencePoolsServed(requests: KubeRequests): Promise<bool
 }
 
 export class InferencePoolWatch {
+  private readonly o: PoolWatchOptions;
   private supervised: Supervised<InferencePool> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private readonly requests: KubeRequests;
 
-  constructor(private readonly o: PoolWatchOptions) {
+  constructor(o: PoolWatchOptions) {
+    this.o = o;
     this.requests = new KubeRequests(o.kc);
   }
 

@@ -26,13 +26,13 @@ interface RequestDispatcher {
 
 /** An API server's refusal: `code` is the HTTP status, `body` the Status object's text. */
 export class KubeApiError extends Error {
-  constructor(
-    readonly code: number,
-    readonly body: string,
-    method: string,
-    path: string,
-  ) {
+  readonly code: number;
+  readonly body: string;
+
+  constructor(code: number, body: string, method: string, path: string) {
     super(`HTTP ${code} from ${method} ${path.split('?')[0]}`);
+    this.code = code;
+    this.body = body;
     this.name = 'KubeApiError';
   }
 }
@@ -69,10 +69,12 @@ export function microTime(d = new Date()): string {
 }
 
 export class KubeRequests {
+  private readonly kc: KubeConfig;
   private readonly origin: string;
   private readonly prefix: string;
 
-  constructor(private readonly kc: KubeConfig) {
+  constructor(kc: KubeConfig) {
+    this.kc = kc;
     const server = kc.getCurrentCluster()?.server;
     if (!server) throw new Error('No currently active cluster');
     const url = new URL(server);

@@ -19,15 +19,19 @@ import { endpointPath, JSON_PATCH, KubeRequests, microTime, resourcePath } from 
 // the API's create owns the entry on the endpoints it created.
 
 export class KubeEndpointStore implements EndpointStore {
+  private readonly cache: KubeCache;
+  private readonly o: { identity: string; log: Logger; onWrite?: (resource: WrittenResource) => void };
   private readonly requests: KubeRequests;
   /** The last Event recorded per endpoint key, so a transition is never recorded twice in a row. */
   private readonly lastEvent = new Map<string, string>();
 
   constructor(
-    private readonly cache: KubeCache,
+    cache: KubeCache,
     kc: KubeConfig,
-    private readonly o: { identity: string; log: Logger; onWrite?: (resource: WrittenResource) => void },
+    o: { identity: string; log: Logger; onWrite?: (resource: WrittenResource) => void },
   ) {
+    this.cache = cache;
+    this.o = o;
     this.requests = new KubeRequests(kc);
   }
 

@@ -50,6 +50,12 @@ const TAIL_BYTES = 16 * 1024;
 
 /** One replica slot: its current process, and what its past processes did. */
 export class ReplicaSlot {
+  readonly id: string;
+  readonly index: number;
+  private readonly args: readonly string[];
+  private readonly o: SupervisorOptions;
+  /** Told whenever the replica changes (started, ready, exited). */
+  private readonly changed: () => void;
   restarts = 0;
   failure: WorkloadFailure | undefined;
   private current: Process | undefined;
@@ -61,14 +67,13 @@ export class ReplicaSlot {
   /** When the current (or next) process was asked for: the slot made, or its restart due. */
   private createdAt = new Date().toISOString();
 
-  constructor(
-    readonly id: string,
-    readonly index: number,
-    private readonly args: readonly string[],
-    private readonly o: SupervisorOptions,
-    /** Told whenever the replica changes (started, ready, exited). */
-    private readonly changed: () => void,
-  ) {}
+  constructor(id: string, index: number, args: readonly string[], o: SupervisorOptions, changed: () => void) {
+    this.id = id;
+    this.index = index;
+    this.args = args;
+    this.o = o;
+    this.changed = changed;
+  }
 
   /** The base URL while the replica is Ready and not stopping. */
   get url(): string | undefined {

@@ -152,13 +152,13 @@ function trackedCaller(keys: KeyVerifier, principal: Principal, res: Response, s
 }
 
 class TrackedCaller implements KeyCaller {
+  readonly principal: Principal;
+  readonly tracked: TrackedCall;
   readonly accountId: string;
   readonly session?: true;
-  constructor(
-    readonly principal: Principal,
-    readonly tracked: TrackedCall,
-    session?: true,
-  ) {
+  constructor(principal: Principal, tracked: TrackedCall, session?: true) {
+    this.principal = principal;
+    this.tracked = tracked;
     this.accountId = principal.accountId;
     if (session) this.session = session;
   }

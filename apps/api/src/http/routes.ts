@@ -80,17 +80,31 @@ export interface RouteContext<P extends string, B extends z.ZodType | undefined,
 }
 
 export class Routes {
+  private readonly router: Router;
+  private readonly doc: ApiDoc;
+  /** Where the router is mounted: the part of each path Express does not see. */
+  private readonly mount: string;
+  private readonly keys?: KeyVerifier;
+  /** Reads the request body; put after authentication, so an unauthenticated body is never read. */
+  private readonly bodyParser: RequestHandler[];
+  /** The same rules as `bodyParser` without the middleware around it (fast routes; jsonBodyReader). */
+  private readonly readBody?: (req: Request, res: Response) => Promise<void> | undefined;
+
   constructor(
-    private readonly router: Router,
-    private readonly doc: ApiDoc,
-    /** Where the router is mounted: the part of each path Express does not see. */
-    private readonly mount: string,
-    private readonly keys?: KeyVerifier,
-    /** Reads the request body; put after authentication, so an unauthenticated body is never read. */
-    private readonly bodyParser: RequestHandler[] = [],
-    /** The same rules as `bodyParser` without the middleware around it (fast routes; jsonBodyReader). */
-    private readonly readBody?: (req: Request, res: Response) => Promise<void> | undefined,
-  ) {}
+    router: Router,
+    doc: ApiDoc,
+    mount: string,
+    keys?: KeyVerifier,
+    bodyParser: RequestHandler[] = [],
+    readBody?: (req: Request, res: Response) => Promise<void> | undefined,
+  ) {
+    this.router = router;
+    this.doc = doc;
+    this.mount = mount;
+    this.keys = keys;
+    this.bodyParser = bodyParser;
+    this.readBody = readBody;
+  }
 
   /** Fast routes (RouteSpec.fast) by their exact path: the method they take and their run. */
   readonly fast = new Map<string, { method: string; run: FastRun }>();

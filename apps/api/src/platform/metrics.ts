@@ -89,14 +89,15 @@ interface Cell {
  * counter's `labelNames`; a number is its decimal string.
  */
 export class CounterCells<T extends string = string> {
+  private readonly counter: Counter<T>;
+  private readonly arity: 1 | 2 | 3;
   private readonly root = new Map<string | number, unknown>();
   private readonly cells: Cell[] = [];
   private readonly names: readonly string[];
 
-  constructor(
-    private readonly counter: Counter<T>,
-    private readonly arity: 1 | 2 | 3,
-  ) {
+  constructor(counter: Counter<T>, arity: 1 | 2 | 3) {
+    this.counter = counter;
+    this.arity = arity;
     this.names = (counter as unknown as { labelNames: string[] }).labelNames;
     if (this.names.length !== arity)
       throw new Error(`CounterCells: ${arity} labels, not ${this.names.length}`);

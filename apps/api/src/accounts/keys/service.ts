@@ -23,14 +23,16 @@ import { cachingVerifier, principalOf, type KeyVerifierMetrics } from './verify.
 
 /** One tracked request: no AbortController unless its signal is read. */
 class Tracked implements TrackedCall, Revocable {
+  readonly keyId: string;
+  private readonly calls: Map<string, Set<Tracked>>;
   private controller: AbortController | undefined;
   private reason: unknown;
   private linked: Revocable | undefined;
 
-  constructor(
-    readonly keyId: string,
-    private readonly calls: Map<string, Set<Tracked>>,
-  ) {}
+  constructor(keyId: string, calls: Map<string, Set<Tracked>>) {
+    this.keyId = keyId;
+    this.calls = calls;
+  }
 
   get signal(): AbortSignal {
     if (!this.controller) {

@@ -26,11 +26,13 @@ const hashId = (sid: string) => createHash('sha256').update(sid).digest('hex');
 
 /** express-session's store over the sessions repository. */
 class PostgresSessionStore extends session.Store {
-  constructor(
-    private readonly repo: SessionRepository,
-    private readonly logger: Logger,
-  ) {
+  private readonly repo: SessionRepository;
+  private readonly logger: Logger;
+
+  constructor(repo: SessionRepository, logger: Logger) {
     super();
+    this.repo = repo;
+    this.logger = logger;
   }
 
   override get(sid: string, cb: (err: unknown, s?: session.SessionData | null) => void): void {

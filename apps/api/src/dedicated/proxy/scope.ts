@@ -59,15 +59,17 @@ function liveScopes(shutdown: AbortSignal): Set<Scope> {
  * the set of live scopes; either aborts the call with its own reason.
  */
 class Scope implements CallScope, Revocable {
+  private readonly res: Scoped;
+  private readonly revocation: TrackedCall | AbortSignal | undefined;
+  readonly limitMs: number;
   readonly controller = new AbortController();
   private readonly limit: NodeJS.Timeout;
   private readonly live: Set<Scope> | undefined;
 
-  constructor(
-    private readonly res: Scoped,
-    private readonly revocation: TrackedCall | AbortSignal | undefined,
-    readonly limitMs: number,
-  ) {
+  constructor(res: Scoped, revocation: TrackedCall | AbortSignal | undefined, limitMs: number) {
+    this.res = res;
+    this.revocation = revocation;
+    this.limitMs = limitMs;
     res[SCOPE] = this;
     res.on('close', onResponseClose);
     this.limit = setTimeout(onLimit, limitMs, this);

@@ -92,6 +92,7 @@ function usageFields(value: unknown): Usage | undefined {
 }
 
 export class SseUsageTap {
+  private readonly options: TapOptions;
   private tail: Buffer | undefined;
   /** The latest usage object seen: where its JSON text is (read only when `usage` is asked for). */
   private raw: Buffer | undefined;
@@ -101,7 +102,9 @@ export class SseUsageTap {
   /** Responses API text deltas seen (the usage of a cut Responses stream). */
   private deltas = 0;
 
-  constructor(private readonly options: TapOptions = { stripFinal: false, stripContinuous: false }) {}
+  constructor(options: TapOptions = { stripFinal: false, stripContinuous: false }) {
+    this.options = options;
+  }
 
   /** What the engine reported last (exact at the end; up to the cut for a cut stream). */
   get usage(): Usage | undefined {

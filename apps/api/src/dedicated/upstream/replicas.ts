@@ -237,16 +237,18 @@ export function avalanche(h: number): number {
  * (a new array) is mapped again; replicas still in it keep their in-flight counts.
  */
 export class ReplicaTable {
+  private readonly addresses: (id: string) => readonly string[];
+  /** The OpenAI API's path on a replica. */
+  private readonly basePath: string;
   private readonly byEndpoint = new Map<
     string,
     { source: readonly string[]; set: ReplicaSet; byAddress: Map<string, ReplicaLoad> }
   >();
 
-  constructor(
-    private readonly addresses: (id: string) => readonly string[],
-    /** The OpenAI API's path on a replica. */
-    private readonly basePath: string,
-  ) {}
+  constructor(addresses: (id: string) => readonly string[], basePath: string) {
+    this.addresses = addresses;
+    this.basePath = basePath;
+  }
 
   /** The endpoint's current replica set (empty when none is Ready). */
   of(id: string): ReplicaSet {
