@@ -1,7 +1,7 @@
 // The usage tap: what the client did not ask for is removed byte for byte, and the latest usage is
 // kept so a stream cut short is metered for what was generated.
 import { describe, expect, it } from 'vitest';
-import { SseUsageTap } from '../src/dedicated/proxy/sse.ts';
+import { SseUsageTap, usageOfAnswer } from '../src/dedicated/proxy/sse.ts';
 
 const head = '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[';
 const chunk = (tok: string, n: number, usage: boolean) =>
@@ -60,5 +60,52 @@ describe('SseUsageTap', () => {
       2,
     );
     expect(done.usage).toEqual({ promptTokens: 7, completionTokens: 2 });
+  });
+});
+
+describe('usageOfAnswer(): usage read off a whole JSON answer', () => {
+  const u = (s: string) => usageOfAnswer(Buffer.from(s));
+  it('reads Chat Completions usage, and Responses usage (input/output tokens)', () => {
+    expect(
+      u(
+        '{"id":"c","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":7,"total_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":0}}}',
+      ),
+    ).toEqual({ promptTokens: 7, completionTokens: 2 });
+    expect(u('{"object":"response","usage":{"input_tokens":4,"output_tokens":3,"total_tokens":7}}')).toEqual({
+      promptTokens: 4,
+      completionTokens: 3,
+    });
+  });
+  it('is not misled by "usage": in the text (escaped quotes) or by braces in strings', () => {
+    const text = JSON.stringify('say "usage":{"prompt_tokens":999} and } {');
+    expect(
+      u(
+        `{"choices":[{"message":{"content":${text}}}],"usage":{"prompt_tokens":3,"completion_tokens":1,"note":"}{"}}`,
+      ),
+    ).toEqual({ promptTokens: 3, completionTokens: 1 });
+  });
+  it('falls back to the whole answer: spaced JSON, two usage members, a nested Responses event', () => {
+    expect(u('{ "usage" : { "prompt_tokens": 5, "completion_tokens": 6 } }')).toEqual({
+      promptTokens: 5,
+      completionTokens: 6,
+    });
+    expect(
+      u('{"a":{"usage":{"prompt_tokens":1}},"usage":{"prompt_tokens":2,"completion_tokens":3}}'),
+    ).toEqual({
+      promptTokens: 2,
+      completionTokens: 3,
+    });
+    expect(
+      u('{"type":"response.completed","response":{"usage":{"input_tokens":8,"output_tokens":1}}}'),
+    ).toEqual({
+      promptTokens: 8,
+      completionTokens: 1,
+    });
+  });
+  it('is undefined without usage, with a null one, or for what is not JSON', () => {
+    expect(u('{"choices":[]}')).toBeUndefined();
+    expect(u('{"usage":null}')).toBeUndefined();
+    expect(u('not json')).toBeUndefined();
+    expect(u('{"usage":{"prompt_tokens":1')).toBeUndefined();
   });
 });

@@ -2,7 +2,7 @@
 // the upstream lease's business (../upstream/); retries happen only before the first byte reaches
 // the client, and after it a failure becomes an SSE error frame. The signal aborts the upstream
 // (client gone, key revoked, wall-clock limit).
-import { finished } from 'node:stream';
+import { finished, type Readable } from 'node:stream';
 import type { Response } from 'express';
 import type { Dispatcher } from 'undici';
 import { ApiError, errorFrame } from '../../platform/errors.ts';
@@ -10,7 +10,8 @@ import { bodyBytes, bodyBytesWith } from '../../http/body-bytes.ts';
 import { traceHeaders, tracing, type Context, type TraceSpan } from '../../platform/tracing.ts';
 import type { AddressSource } from '../upstream/types.ts';
 import { SSE_HEADERS } from './heartbeat.ts';
-import { SseUsageTap, usageOf, type Usage } from './sse.ts';
+import { SseUsageTap, usageOfAnswer, type Usage } from './sse.ts';
+import { dispatchCall, type UpstreamAnswer } from './upstream-answer.ts';
 
 export interface ForwardRequest {
   /** Each attempt's OpenAI base URL (asked again on a retry). */
@@ -92,7 +93,7 @@ async function connect(
   req: ForwardRequest,
   deps: ForwardDeps,
   body: string | Buffer | undefined,
-): Promise<Dispatcher.ResponseData> {
+): Promise<UpstreamAnswer> {
   const delay = deps.retryDelayMs ?? 100;
   for (let attempt = 0; ; attempt++) {
     const base = req.upstream.next();
@@ -104,27 +105,30 @@ async function connect(
     const last = attempt >= deps.retries;
     const span = req.trace && tracing.enabled ? attemptSpan(req, req.trace, origin, attempt) : undefined;
     try {
-      const res = await deps.dispatcher.request({
-        origin,
-        path,
-        method: req.method,
-        headers: {
-          'content-type': 'application/json',
-          accept: req.body?.stream ? 'text/event-stream' : 'application/json',
-          'x-request-id': req.requestId,
-          ...req.headers,
-          ...(req.trace && traceHeaders(span ? span.context : req.trace)),
+      const res = await dispatchCall(
+        deps.dispatcher,
+        {
+          origin,
+          path,
+          method: req.method,
+          headers: {
+            'content-type': 'application/json',
+            accept: req.body?.stream ? 'text/event-stream' : 'application/json',
+            'x-request-id': req.requestId,
+            ...req.headers,
+            ...(req.trace && traceHeaders(span ? span.context : req.trace)),
+          },
+          body,
+          // The wall-clock limit bounds the whole call; a long non-streamed generation sends its
+          // headers only at the end.
+          headersTimeout: 0,
+          bodyTimeout: 0,
         },
-        body,
-        signal: req.signal,
-        // The wall-clock limit bounds the whole call; a long non-streamed generation sends its
-        // headers only at the end.
-        headersTimeout: 0,
-        bodyTimeout: 0,
-      });
+        req.signal,
+      );
       if (span) endWithAnswer(span, res);
       if ((res.statusCode === 502 || res.statusCode === 503) && !last) {
-        await res.body.dump();
+        await res.dump();
         await sleep(delay * 2 ** attempt, req.signal);
         continue;
       }
@@ -157,18 +161,15 @@ function attemptSpan(req: ForwardRequest, parent: Context, origin: string, attem
 }
 
 /** Ends an attempt's span with its status once the answer's body is read (or dropped). */
-function endWithAnswer(span: TraceSpan, res: Dispatcher.ResponseData): void {
+function endWithAnswer(span: TraceSpan, res: UpstreamAnswer): void {
   const status = res.statusCode;
   span.set({ 'http.response.status_code': status });
-  finished(res.body, () => span.end(status >= 400 ? { code: String(status) } : undefined));
+  res.whenDone(() => span.end(status >= 400 ? { code: String(status) } : undefined));
 }
 
-async function readCapped(body: Dispatcher.ResponseData['body']): Promise<string> {
-  let text = '';
-  for await (const chunk of body) {
-    if (text.length < MAX_ERROR_BODY) text += (chunk as Buffer).toString('utf8');
-  }
-  return text.slice(0, MAX_ERROR_BODY);
+/** An error answer's text, at most MAX_ERROR_BODY bytes of it (the rest is read and dropped). */
+async function readCapped(res: UpstreamAnswer): Promise<string> {
+  return (await res.read(MAX_ERROR_BODY)).toString('utf8');
 }
 
 /**
@@ -178,7 +179,7 @@ async function readCapped(body: Dispatcher.ResponseData['body']): Promise<string
  * the client drains. Rejects on an upstream error, or with the signal's reason when it aborts.
  */
 function relay(
-  body: Dispatcher.ResponseData['body'],
+  body: Readable,
   res: Response,
   tap: SseUsageTap,
   signal: AbortSignal,
@@ -284,8 +285,8 @@ function send(res: Response, status: number, contentType: string, buf: Buffer): 
  */
 export async function forwardJson(req: ForwardRequest, deps: ForwardDeps): Promise<Record<string, unknown>> {
   const upstream = await connect(req, deps, JSON.stringify(req.body ?? {}));
-  if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream.body));
-  const text = await upstream.body.text();
+  if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream));
+  const text = (await upstream.read()).toString('utf8');
   let body: unknown;
   try {
     body = JSON.parse(req.renameModel ? modelRenamer(req.renameModel)(Buffer.from(text)).toString() : text);
@@ -326,19 +327,15 @@ export async function forward(
       });
   } else if (requestBody) bytes = bodyBytes(requestBody) ?? JSON.stringify(requestBody);
   const upstream = await connect(req, deps, bytes);
-  if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream.body));
+  if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream));
 
-  const contentType = String(upstream.headers['content-type'] ?? 'application/json');
+  const contentType = upstream.contentType ?? 'application/json';
   if (!contentType.startsWith('text/event-stream')) {
-    let buf: Buffer = Buffer.from(await upstream.body.arrayBuffer());
+    let buf = await upstream.read();
     if (req.renameModel) buf = modelRenamer(req.renameModel)(buf);
     req.onFirstByte?.();
     send(res, upstream.statusCode, contentType, buf);
-    try {
-      return usageOf(JSON.parse(buf.toString('utf8')));
-    } catch {
-      return undefined;
-    }
+    return usageOfAnswer(buf);
   }
 
   // Already sent when the request was held with heartbeats (./heartbeat.ts).
@@ -349,16 +346,17 @@ export async function forward(
   }
   const tap = new SseUsageTap(tapOptions);
   const rename = req.renameModel && modelRenamer(req.renameModel);
+  const body = upstream.stream();
   // Before relay's own listener, so it runs as the first chunk is written (not on every chunk).
-  if (req.onFirstByte) upstream.body.once('data', req.onFirstByte);
+  if (req.onFirstByte) body.once('data', req.onFirstByte);
   try {
-    await relay(upstream.body, res, tap, req.signal, rename);
+    await relay(body, res, tap, req.signal, rename);
     const rest = rename ? rename(tap.end()) : tap.end();
     if (rest.length) res.write(rest);
     res.end();
     return tap.usage;
   } catch (err) {
-    upstream.body.destroy();
+    body.destroy();
     if (!res.writableEnded && !res.destroyed) {
       const reason =
         err instanceof ApiError

@@ -67,6 +67,33 @@ export function usageOf(body: unknown): Usage | undefined {
   return usageFields(b?.usage ?? b?.response?.usage);
 }
 
+/**
+ * usageOf() of a whole JSON answer, read off its bytes: where the answer names `"usage":` once and
+ * an object follows, only that object is parsed (an engine's answer is mostly its text and choices,
+ * which the proxy need not decode); otherwise the whole answer is. A `"usage":` inside a JSON string
+ * has its quotes escaped, so it is not found here.
+ */
+export function usageOfAnswer(buf: Buffer): Usage | undefined {
+  const at = buf.indexOf(USAGE);
+  if (at !== -1 && buf.indexOf(USAGE, at + USAGE.length) === -1 && usageObjectAt(buf, at, at + 1) === at) {
+    let start = at + USAGE.length;
+    while (buf[start] === 0x20) start++;
+    const end = objectEnd(buf, start, buf.length);
+    if (end !== -1) {
+      try {
+        return usageFields(JSON.parse(buf.toString('utf8', start, end)));
+      } catch {
+        // not JSON after all: the whole answer decides
+      }
+    }
+  }
+  try {
+    return usageOf(JSON.parse(buf.toString('utf8')));
+  } catch {
+    return undefined;
+  }
+}
+
 function usageFields(value: unknown): Usage | undefined {
   const u = value as
     | {
