@@ -12,6 +12,7 @@ import { ApiError, errorFrame } from '../platform/errors.ts';
 import { childSpan, type Context } from '../platform/tracing.ts';
 import type { Caller } from '../http/auth.ts';
 import type { EndpointCache } from './ports.ts';
+import { withMember } from '../http/body-bytes.ts';
 import { forward } from './proxy/forward.ts';
 import { COLD_START_HEADER, wakeHeartbeat, wakeMsComment, WAKE_MS_HEADER } from './proxy/heartbeat.ts';
 import type { EndpointMetrics } from './metrics.ts';
@@ -150,7 +151,7 @@ export function servedModelBody(
   const served = endpoint.spec.model.id;
   const asked = body.model;
   if (asked === served) return body;
-  if (asked === undefined || asked === endpoint.metadata.name) return { ...body, model: served };
+  if (asked === undefined || asked === endpoint.metadata.name) return withMember(body, 'model', served);
   throw new ApiError('model_not_served', {
     message: `Endpoint ${endpoint.metadata.name} serves the model ${JSON.stringify(served)}, not ${JSON.stringify(asked)}: send that model, the endpoint id, or no model`,
     param: 'model',

@@ -24,6 +24,7 @@ import type { ElasticCatalog } from './catalog.ts';
 import type { Backend, CatalogModel, ModelKind } from './entry.ts';
 import { externalUpstream } from './external-upstream.ts';
 import { callModels, DEARER_FALLBACK_FIELD, retriable } from './fallback-plan.ts';
+import { withMember } from '../http/body-bytes.ts';
 import { childSpan, endWith, tracing, type Context, type TraceSpan } from '../platform/tracing.ts';
 import type { Reservation } from '../billing/wallet-account.ts';
 
@@ -132,6 +133,12 @@ function vectorsOf(body: Record<string, unknown>, count: number): number[][] {
 }
 
 /** A wallet reservation's span attributes: its outcome. */
+/** The body without Berth's own opt-in member (DEARER_FALLBACK_FIELD), which no engine is sent. */
+function withoutOptIn(body: Record<string, unknown>): Record<string, unknown> {
+  const { [DEARER_FALLBACK_FIELD]: _optIn, ...rest } = body;
+  return rest;
+}
+
 const reserved = (r: Reservation) => ({ 'berth.outcome': r.ok ? 'ok' : r.reason });
 
 /** A wake's span attributes: its outcome, and how long the call was held. */
@@ -227,7 +234,8 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
         );
     if (!reservation.ok) throw refusalError(reservation, deps.wallet.currency);
     const hold = reservation.hold;
-    const { [DEARER_FALLBACK_FIELD]: _optIn, ...upstreamBody } = c.body;
+    // The body as the client sent it (its bytes reused: withMember) unless it holds Berth's opt-in.
+    const upstreamBody = Object.hasOwn(c.body, DEARER_FALLBACK_FIELD) ? withoutOptIn(c.body) : c.body;
     let settled = false;
     const settle = (m: CatalogModel, usage: Usage | undefined): bigint => {
       settled = true;
@@ -268,7 +276,7 @@ export function elasticCaller(deps: ElasticDeps): ElasticCaller {
               upstream: got.lease,
               method: 'POST',
               path: c.path,
-              body: { ...upstreamBody, model: got.model },
+              body: withMember(upstreamBody, 'model', got.model),
               requestId: c.requestId,
               signal: c.signal,
               ...(got.headers ? { headers: got.headers } : {}),

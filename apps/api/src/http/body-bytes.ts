@@ -42,3 +42,43 @@ export function bodyBytesWith(
   if (buf[before] === 0x7b /* { : no member yet */) return undefined;
   return Buffer.concat([buf.subarray(0, end), member, buf.subarray(end)]);
 }
+
+const ESCAPED_UNICODE = Buffer.from('\\u');
+const COLON = 0x3a;
+
+/**
+ * `{ ...body, [name]: value }` (a string value), with the bytes it serialises to kept beside it
+ * (bodyBytes) when they can be made from `body`'s own: the member appended (bodyBytesWith) when
+ * `body` has no `name`, or its string value replaced on the bytes when `body[name]` is a string
+ * spelled in them exactly as JSON.stringify spells it. The member found must be the top-level one:
+ * the bytes hold `"<name>"` once and no `\u` escape (the only other spelling of a key).
+ */
+export function withMember(
+  body: Record<string, unknown>,
+  name: string,
+  value: string,
+): Record<string, unknown> {
+  const next = { ...body, [name]: value };
+  const buf = bytes.get(body);
+  if (!buf) return next;
+  const json = Buffer.from(JSON.stringify(value));
+  const old = body[name];
+  if (!Object.hasOwn(body, name)) {
+    const made = bodyBytesWith(body, name, Buffer.concat([Buffer.from(`,${JSON.stringify(name)}:`), json]));
+    if (made) bytes.set(next, made);
+    return next;
+  }
+  if (typeof old !== 'string' || buf.includes(ESCAPED_UNICODE)) return next;
+  const key = Buffer.from(JSON.stringify(name));
+  const at = buf.indexOf(key);
+  if (at === -1 || buf.indexOf(key, at + key.length) !== -1) return next;
+  let i = at + key.length;
+  while (WHITESPACE.has(buf[i]!)) i++;
+  if (buf[i] !== COLON) return next;
+  i++;
+  while (WHITESPACE.has(buf[i]!)) i++;
+  const was = Buffer.from(JSON.stringify(old));
+  if (!buf.subarray(i, i + was.length).equals(was)) return next;
+  bytes.set(next, Buffer.concat([buf.subarray(0, i), json, buf.subarray(i + was.length)]));
+  return next;
+}
