@@ -75,7 +75,10 @@ export class Proxy {
   ): Promise<Proxy> {
     const nodeArgs = process.env.BENCH_PROXY_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
     const script = tree === root ? serverScript : path.join(tree, 'test/bench/proxy-server.ts');
-    const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', script, mode], {
+    // This checkout's Berth runs as `npm start` runs it (Node's own type stripping); another
+    // checkout may predate erasable-only TypeScript, so tsx compiles it.
+    const loader = tree === root ? [] : ['--import', 'tsx'];
+    const child = spawn(process.execPath, [...nodeArgs, ...loader, script, mode], {
       cwd: tree,
       env: { ...process.env, ADMIN_TOKEN, ...extraEnv },
       // Berth's access log (LOG_LEVEL info) goes to stdout, as in production: into /dev/null here.
