@@ -9,7 +9,7 @@ import './node-version.mjs';
 
 try {
   import.meta.resolve('express');
-  import.meta.resolve('tsx/esm/api');
+  if (!process.features.typescript) import.meta.resolve('tsx/esm/api');
 } catch {
   console.error(
     'Berth’s dependencies are not installed: run `npm install` in the repository first (see "Quick start" in README.md), then `npm start`.',

@@ -91,6 +91,15 @@ describe('dispatchCall()', () => {
     expect((await b.read()).toString()).toBe('{"ok":true}');
   });
 
+  it('dump() never fails: a body cut mid-way, or past 128 KiB (then the connection goes)', async () => {
+    const cut = await call('/cut');
+    await expect(cut.dump()).resolves.toBeUndefined();
+    const big = await call('/big');
+    await expect(big.dump()).resolves.toBeUndefined();
+    const next = await call('/json');
+    expect((await next.read()).toString()).toBe('{"ok":true}');
+  });
+
   it('drops a body with dump()', async () => {
     const a = await call('/chunks');
     await expect(a.dump()).resolves.toBeUndefined();

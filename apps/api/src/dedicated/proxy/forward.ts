@@ -56,10 +56,13 @@ function errorCode(err: unknown): string | undefined {
   return e.code ?? e.cause?.code;
 }
 
+/** Waits `ms`, or until the signal aborts (at once if it has); the listener goes with the wait. */
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+    if (signal.aborted) return resolve();
+    const onAbort = () => (clearTimeout(t), resolve());
+    const t = setTimeout(() => (signal.removeEventListener('abort', onAbort), resolve()), ms);
+    signal.addEventListener('abort', onAbort, { once: true });
   });
 }
 

@@ -27,6 +27,8 @@ export interface UpstreamAnswer {
 }
 
 const CONTENT_TYPE = 'content-type';
+/** What dump() reads of an answer before it closes the connection instead (undici's own: 128 KiB). */
+const DUMP_LIMIT = 128 * 1024;
 
 /** The Content-Type among raw headers ([name, value, name, value…], Buffers or strings). */
 function contentTypeOf(raw: (Buffer | string)[] | null): string | undefined {
@@ -47,6 +49,7 @@ class AnswerHandler implements UpstreamAnswer {
   private size = 0;
   private limit = Infinity;
   private complete = false;
+  private dumping = false;
   private error: unknown = undefined;
   private abortFn: ((err: Error) => void) | undefined = undefined;
   private resumeFn: (() => void) | undefined = undefined;
@@ -111,6 +114,9 @@ class AnswerHandler implements UpstreamAnswer {
       default:
         if (this.size < this.limit) this.chunks.push(chunk);
         this.size += chunk.length;
+        // A dropped answer is read to its end to keep the connection, up to DUMP_LIMIT.
+        if (this.dumping && this.size > DUMP_LIMIT && this.error === undefined)
+          this.abort(new Error('The answer was dropped'));
         return true;
     }
   }
@@ -157,7 +163,15 @@ class AnswerHandler implements UpstreamAnswer {
 
   dump(): Promise<void> {
     this.chunks = [];
-    return this.read(0).then(() => undefined);
+    this.dumping = true;
+    if (this.size > DUMP_LIMIT && !this.complete && this.error === undefined)
+      this.abort(new Error('The answer was dropped'));
+    // Never rejects: an answer being dropped that fails (or is cut for its size) only loses its
+    // connection, as undici's own dump().
+    return this.read(0).then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   stream(): Readable {
