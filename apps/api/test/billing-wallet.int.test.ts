@@ -123,7 +123,10 @@ describe('reservations against a lease', () => {
       completion_tokens: string;
       cost: string;
     }>(
-      'SELECT requests, prompt_tokens::text, completion_tokens::text, cost::text FROM metered_usage WHERE account_id = $1',
+      // Usage is kept per minute: calls that straddle a minute's end are in two rows.
+      `SELECT sum(requests)::int AS requests, sum(prompt_tokens)::text AS prompt_tokens,
+              sum(completion_tokens)::text AS completion_tokens, sum(cost)::text AS cost
+         FROM metered_usage WHERE account_id = $1`,
       [id],
     );
     expect(u).toEqual({ requests: 64, prompt_tokens: '640', completion_tokens: '1280', cost: '38400' });
