@@ -289,10 +289,10 @@ function send(res: Response, status: number, contentType: string, buf: Buffer): 
 export async function forwardJson(req: ForwardRequest, deps: ForwardDeps): Promise<Record<string, unknown>> {
   const upstream = await connect(req, deps, JSON.stringify(req.body ?? {}));
   if (upstream.statusCode >= 400) throw upstreamError(upstream.statusCode, await readCapped(upstream));
-  const text = (await upstream.read()).toString('utf8');
+  const buf = await upstream.read();
   let body: unknown;
   try {
-    body = JSON.parse(req.renameModel ? modelRenamer(req.renameModel)(Buffer.from(text)).toString() : text);
+    body = JSON.parse((req.renameModel ? modelRenamer(req.renameModel)(buf) : buf).toString('utf8'));
   } catch {
     body = undefined;
   }
